@@ -1,0 +1,40 @@
+"""MLMT-RL: a solver (LL) and a feedback writer (HL) trained jointly with RL on verl.
+
+Install for development: ``bash scripts/install.sh`` (CPU) or see README.md (GPU).
+"""
+
+from setuptools import find_packages, setup
+
+setup(
+    name="mlmt-rl",
+    version="0.1.0",
+    description="Multi-level multi-turn RL (solver + feedback writer) on verl 0.9.1",
+    python_requires=">=3.10,<3.13",
+    packages=find_packages(include=["agent_system", "agent_system.*"]),
+    package_data={"agent_system": ["configs/*.yaml"]},
+    install_requires=[
+        "verl==0.9.1",
+        "torch>=2.11",
+        "ray[default]>=2.47",
+        "transformers>=5.5.3,<5.11,!=5.6.0",
+        "hydra-core>=1.3,<1.4",
+        "math-verify[antlr4_9_3]>=0.9",
+        "pandas",
+        "pyarrow>=19",
+        "tensordict>=0.8,<=0.10.0,!=0.9.0",
+        "uvicorn",
+        "fastapi",
+        "pyzmq",
+        "msgspec",
+        "cachetools",
+        "matplotlib",
+        "tqdm",
+    ],
+    extras_require={
+        # GPU clusters: verl's vLLM set (torch 2.11.0, vLLM 0.24.0); pin with requirements/constraints-gpu.txt.
+        # flash-attn is a separate step (README, "GPU install"): it builds against the installed torch.
+        "gpu": ["verl[vllm]==0.9.1"],
+        "smollm2": ["gguf", "accelerate"],
+    },
+    entry_points={"verl.plugins": ["mlmt = agent_system.verl_plugin"]},
+)
