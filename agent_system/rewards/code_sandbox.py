@@ -1,0 +1,261 @@
+"""Run untrusted candidate code against test asserts in an isolated, resource-limited process.
+
+Isolation layers, outermost first (each one is used when the machine allows it):
+
+1. ``timeout --signal=KILL``: a wall-clock kill that works even if the calling process dies.
+2. ``unshare --net --pid --fork --kill-child --mount-proc``: an empty network namespace (no interface is
+   up, not even loopback) and a private PID namespace, so killing its first process kills every
+   descendant, including ones that called ``setsid``; ``/proc`` shows only the sandbox's processes.
+3. ``setpriv --reuid/--regid U --clear-groups`` (only when running as root): a fresh unprivileged uid
+   per run, so RLIMIT_NPROC is enforced and counted per sandbox, files outside world-writable
+   directories cannot be written or deleted, and other processes cannot be signalled or inspected.
+4. In the child (``sandbox_harness.py``): RLIMIT_AS, RLIMIT_CPU, RLIMIT_NPROC, RLIMIT_FSIZE, RLIMIT_NOFILE,
+   no core dumps, a Python-level socket block, stdout/stderr to /dev/null, a per-test timer.
+5. Here: a scrubbed environment, a private temporary working directory (removed afterwards), a capped
+   result stream read against a deadline, and ``killpg(SIGKILL)`` on the whole session at the end.
+
+When a layer is unavailable (not root, no ``unshare``), the probe in :func:`isolation_mode` drops it and
+logs a warning once; docs/REWARDS_AND_DATA.md lists what is then no longer contained.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import os
+import random
+import secrets
+import selectors
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+_HARNESS_SOURCE = (Path(__file__).with_name("sandbox_harness.py")).read_text()
+# uids handed to sandboxes when running as root: no passwd entry needed, unlikely to collide with real users
+_UID_RANGE = (200_000, 260_000)
+_SAFE_ENV_KEYS = ("LANG", "LC_ALL")
+
+
+@dataclass(frozen=True)
+class SandboxLimits:
+    """Resource limits of one sandboxed run.
+
+    Attributes:
+        timeout_s: Wall-clock limit for the whole run (program + all tests).
+        per_test_s: Limit for the program body and for each test separately.
+        memory_mb: RLIMIT_AS of every sandbox process.
+        max_processes: RLIMIT_NPROC (processes and threads of the sandbox uid).
+        max_file_mb: RLIMIT_FSIZE, the largest file the program may write.
+        max_output_bytes: Cap on the result stream read back from the child.
+    """
+
+    timeout_s: float = 10.0
+    per_test_s: float = 4.0
+    memory_mb: int = 512
+    max_processes: int = 8
+    max_file_mb: int = 16
+    max_output_bytes: int = 1_000_000
+
+
+@dataclass
+class SandboxResult:
+    """Outcome of :func:`run_tests`.
+
+    Attributes:
+        passed: One bool per test, in order.
+        first_failure: Message of the first failing test (or of the program error), else None.
+        error: Run-level problem (``"timeout"``, ``"program error"``, ``"exited early"``, ...), else None.
+        duration_s: Wall-clock seconds of the run.
+    """
+
+    passed: list[bool] = field(default_factory=list)
+    first_failure: str | None = None
+    error: str | None = None
+    duration_s: float = 0.0
+
+    @property
+    def pass_rate(self) -> float:
+        return sum(self.passed) / len(self.passed) if self.passed else 0.0
+
+    @property
+    def all_passed(self) -> bool:
+        return bool(self.passed) and all(self.passed)
+
+
+def _probe(prefix: list[str]) -> bool:
+    """True when ``prefix + [python, -c, pass]`` runs successfully."""
+    try:
+        done = subprocess.run([*prefix, sys.executable, "-I", "-S", "-c", "pass"], capture_output=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return done.returncode == 0
+
+
+@functools.lru_cache(maxsize=1)
+def isolation_mode() -> str:
+    """Detects the strongest isolation this machine allows (probed once per process).
+
+    Returns:
+        ``"root"`` (namespaces + per-run uid), ``"userns"`` (namespaces as the calling user) or ``"none"``.
+    """
+    has_unshare = shutil.which("unshare") is not None
+    if os.geteuid() == 0 and has_unshare and shutil.which("setpriv"):
+        if _probe(_namespace_prefix("root") + _drop_privileges_prefix(_UID_RANGE[0])):
+            return "root"
+    if has_unshare and _probe(_namespace_prefix("userns")):
+        logger.warning("code sandbox: not root, running candidates as the calling user (see REWARDS_AND_DATA.md)")
+        return "userns"
+    logger.warning("code sandbox: no namespaces available; network and process isolation are best-effort only")
+    return "none"
+
+
+def _namespace_prefix(mode: str) -> list[str]:
+    base = ["unshare", "--net", "--pid", "--fork", "--kill-child", "--mount-proc"]
+    if mode == "userns":
+        return ["unshare", "--user", "--map-root-user", *base[1:], "--"]
+    return [*base, "--"]
+
+
+def _drop_privileges_prefix(uid: int) -> list[str]:
+    return ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--"]
+
+
+def _command(mode: str, uid: int, limits: SandboxLimits) -> list[str]:
+    """The full argv: isolation wrappers, then the harness."""
+    argv: list[str] = []
+    if shutil.which("timeout"):
+        argv += ["timeout", "--signal=KILL", str(int(limits.timeout_s) + 2)]
+    if mode != "none":
+        argv += _namespace_prefix(mode)
+    if mode == "root":
+        argv += _drop_privileges_prefix(uid)
+    return [*argv, sys.executable, "-I", "-S", "-c", _HARNESS_SOURCE, "mlmt-sandbox-harness"]
+
+
+def _read_events(proc: subprocess.Popen, nonce: str, limits: SandboxLimits, deadline: float) -> tuple[list, str | None]:
+    """Reads nonce-tagged JSON events until EOF, the deadline, or the output cap."""
+    chunks, total, error = [], 0, None
+    with selectors.DefaultSelector() as selector:
+        selector.register(proc.stdout, selectors.EVENT_READ)
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                error = "timeout"
+                break
+            if not selector.select(timeout=remaining):
+                continue
+            chunk = os.read(proc.stdout.fileno(), 65536)
+            if not chunk:
+                break
+            total += len(chunk)
+            if total > limits.max_output_bytes:
+                error = "output limit exceeded"
+                break
+            chunks.append(chunk)
+    events = []
+    for line in b"".join(chunks).decode("utf-8", "replace").splitlines():
+        if line.startswith(nonce):
+            try:
+                events.append(json.loads(line[len(nonce) :]))
+            except json.JSONDecodeError:
+                continue
+    return events, error
+
+
+def _kill_session(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.kill()
+    proc.wait()
+
+
+def _summarise(events: list, n_tests: int, run_error: str | None) -> tuple[list[bool], str | None, str | None]:
+    passed = [False] * n_tests
+    first_failure = None
+    done = False
+    for event in events:
+        if "program_error" in event:
+            return passed, event["program_error"], "program error"
+        if "test" in event and 0 <= event["test"] < n_tests:
+            passed[event["test"]] = bool(event["ok"])
+            if not event["ok"] and first_failure is None:
+                first_failure = event.get("msg", "")
+        done = done or bool(event.get("done"))
+    if not done:
+        run_error = run_error or "exited early"
+        if first_failure is None:
+            first_failure = f"the program did not finish its tests ({run_error})"
+    return passed, first_failure, run_error if not done else None
+
+
+def run_tests(code: str, tests: list[str], setup_code: str = "", limits: SandboxLimits | None = None) -> SandboxResult:
+    """Runs ``code`` followed by each test statement in a fresh sandbox.
+
+    Args:
+        code: The candidate program.
+        tests: Test statements (MBPP's ``assert f(x) == y`` lines), run one by one in the program's namespace.
+        setup_code: Code run before the program (MBPP's ``test_setup_code`` / sanitized ``test_imports``).
+        limits: Resource limits; defaults to :class:`SandboxLimits`.
+
+    Returns:
+        The per-test outcome, the first failure message and any run-level error.
+    """
+    limits = limits or SandboxLimits()
+    mode = isolation_mode()
+    uid = random.SystemRandom().randrange(*_UID_RANGE)
+    workdir = tempfile.mkdtemp(prefix="mlmt_sandbox_")
+    nonce = secrets.token_hex(16)
+    job = {
+        "nonce": nonce,
+        "code": code,
+        "setup_code": setup_code or "",
+        "tests": list(tests),
+        "block_sockets": True,
+        "limits": {
+            "memory_mb": limits.memory_mb,
+            "cpu_s": int(limits.timeout_s) + 1,
+            "max_processes": limits.max_processes,
+            "max_file_mb": limits.max_file_mb,
+            "per_test_s": limits.per_test_s,
+        },
+    }
+    env = {"PATH": "/usr/bin:/bin", "HOME": workdir, "TMPDIR": workdir}
+    env.update({k: "C.UTF-8" for k in _SAFE_ENV_KEYS})
+    start = time.monotonic()
+    try:
+        if mode == "root":
+            os.chown(workdir, uid, uid)
+        os.chmod(workdir, 0o700)
+        proc = subprocess.Popen(
+            _command(mode, uid, limits),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            cwd=workdir,
+            env=env,
+            start_new_session=True,
+        )
+        try:
+            try:
+                proc.stdin.write(json.dumps(job).encode())
+                proc.stdin.close()
+            except BrokenPipeError:
+                pass
+            events, run_error = _read_events(proc, nonce, limits, start + limits.timeout_s)
+        finally:
+            _kill_session(proc)
+            proc.stdout.close()
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    passed, first_failure, error = _summarise(events, len(tests), run_error)
+    return SandboxResult(passed, first_failure, error, time.monotonic() - start)

@@ -1,0 +1,116 @@
+"""Rule-based math grading: extract the final answer, then check it against the gold with math-verify.
+
+math-verify's own timeouts are ``signal.alarm`` based: they only work in the main thread of a process and
+raise ``ValueError`` anywhere else. :func:`score_math` therefore turns them on only in the main thread;
+the wall-clock guarantee for batches comes from :class:`agent_system.rewards.pool.RewardPool`, which runs
+this function in the main thread of worker processes and kills a worker that overruns.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+from typing import Any
+
+from math_verify import parse, verify
+from math_verify.errors import TimeoutException
+
+from agent_system.rewards.math_answer import MAX_ANSWER_CHARS, extract_answer, normalize_answer
+
+logger = logging.getLogger(__name__)
+
+
+def _alarm_seconds(timeout_s: float) -> int | None:
+    """math-verify timeout argument: whole seconds in the main thread, disabled (None) elsewhere."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return max(1, round(timeout_s))
+
+
+def _parse(answer: str, timeout_s: float) -> list:
+    """Parses a bare answer (no delimiters) into math-verify's representation; [] when unparsable."""
+    try:
+        return parse("\\boxed{" + answer + "}", parsing_timeout=_alarm_seconds(timeout_s))
+    except (Exception, TimeoutException) as exc:  # math-verify's timeout is a BaseException
+        logger.debug("math-verify parse failed on %.80r: %s", answer, exc)
+        return []
+
+
+@functools.lru_cache(maxsize=200_000)
+def parse_gold(gold: str, timeout_s: float = 5.0) -> tuple:
+    """Parses a gold answer once per process (cached); the same gold is seen by every sample of a group.
+
+    Args:
+        gold: The gold answer, e.g. ``\\frac{1}{2}`` or ``72``.
+        timeout_s: Parse timeout in seconds.
+
+    Returns:
+        A tuple of math-verify objects (empty when the gold cannot be parsed).
+    """
+    return tuple(_parse(normalize_answer(gold), timeout_s))
+
+
+def answers_match(pred: str, gold: str, timeout_s: float = 5.0) -> bool:
+    """Decides whether an extracted answer equals the gold answer.
+
+    Args:
+        pred: The extracted (raw) answer of the response.
+        gold: The gold answer.
+        timeout_s: math-verify parse and verify timeouts in seconds (main thread only).
+
+    Returns:
+        True when the normalised strings are equal or math-verify finds the expressions equivalent.
+    """
+    pred_norm, gold_norm = normalize_answer(pred), normalize_answer(gold)
+    if pred_norm == gold_norm:
+        return True
+    gold_parsed = parse_gold(gold, timeout_s)
+    pred_parsed = _parse(pred_norm, timeout_s)
+    if not gold_parsed or not pred_parsed:
+        return False
+    try:
+        return bool(verify(list(gold_parsed), pred_parsed, timeout_seconds=_alarm_seconds(timeout_s)))
+    except (Exception, TimeoutException) as exc:
+        logger.debug("math-verify verify failed on %.80r: %s", pred, exc)
+        return False
+
+
+def score_math(
+    solution_str: str,
+    ground_truth: str,
+    allow_last_number: bool = False,
+    timeout_s: float = 5.0,
+    judge: Any = None,
+    problem: str = "",
+) -> dict:
+    """Scores one math response.
+
+    Args:
+        solution_str: The model response.
+        ground_truth: The gold final answer (already extracted, e.g. MATH's boxed answer or GSM8K's N).
+        allow_last_number: Fall back to the last number of the response (GSM8K and the arithmetic set).
+        timeout_s: math-verify timeouts in seconds.
+        judge: Optional :class:`agent_system.rewards.judge.JudgeConfig`; consulted only when the rule
+            verdict is negative and an answer was extracted; any judge failure keeps the rule verdict.
+        problem: The problem text, passed to the judge.
+
+    Returns:
+        ``{"score", "acc", "pred", "error"}``; ``error`` is None or a short reason.
+    """
+    pred = extract_answer(solution_str or "", allow_last_number=allow_last_number)
+    if pred is None:
+        return {"score": 0.0, "acc": False, "pred": "", "error": "no answer found"}
+    if len(pred) > MAX_ANSWER_CHARS:
+        return {"score": 0.0, "acc": False, "pred": pred[:100], "error": "answer too long"}
+    acc = answers_match(pred, str(ground_truth), timeout_s)
+    error = None
+    if not acc and judge is not None:
+        from agent_system.rewards.judge import judge_equivalence
+
+        verdict = judge_equivalence(problem, str(ground_truth), pred, judge)
+        if verdict is None:
+            error = "judge unavailable; rule verdict kept"
+        else:
+            acc = verdict
+    return {"score": float(acc), "acc": acc, "pred": pred, "error": error}

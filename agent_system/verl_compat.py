@@ -1,0 +1,194 @@
+"""Every reach into verl 0.9.1 internals goes through this module, so a verl upgrade touches one file.
+
+Two kinds of things live here:
+
+* **Names** from verl's non-public modules (worker classes, rollout replica base classes, registries, the
+  checkpoint engine manager...). They resolve lazily (PEP 562 ``__getattr__``) so that loading the project's verl
+  plugin during ``import verl`` stays cheap.
+* **CPU adjustments**, applied only when the project's ``cpu`` platform is active, each the smallest change that gets
+  verl's unmodified FSDP2 engine running on a machine without an accelerator (facts: ``VERL_ON_CPU.md``):
+
+  1. register the FSDP/FSDP2 LM-head and value-head engines for device ``cpu`` in ``EngineRegistry``;
+  2. collapse the process-group backend ``"cpu:gloo,cpu:gloo"`` (which torch rejects as a duplicate) to ``"gloo"``;
+  3. build FSDP2 ``CPUOffloadPolicy`` without pinned memory (pinning needs an accelerator).
+
+  They are applied after the target module is first imported (an import hook), never by editing verl's files.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import importlib.util
+import logging
+import sys
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+VERL_VERSION = "0.9.1"
+
+# name -> (module, attribute): verl names the project uses, resolved on first access.
+# Nothing from verl is imported at module load: the plugin imports this module while ``import verl`` is running.
+_LAZY_NAMES: dict[str, tuple[str, str]] = {
+    "PlatformBase": ("verl.plugin.platform", "PlatformBase"),
+    "PlatformRegistry": ("verl.plugin.platform", "PlatformRegistry"),
+    "get_platform": ("verl.plugin.platform", "get_platform"),
+    "ActorRolloutRefWorker": ("verl.workers.engine_workers", "ActorRolloutRefWorker"),
+    "TrainingWorker": ("verl.workers.engine_workers", "TrainingWorker"),
+    "RayWorkerGroup": ("verl.single_controller.ray", "RayWorkerGroup"),
+    "RayResourcePool": ("verl.single_controller.ray", "RayResourcePool"),
+    "RayClassWithInitArgs": ("verl.single_controller.ray", "RayClassWithInitArgs"),
+    "create_colocated_worker_cls": ("verl.single_controller.ray.base", "create_colocated_worker_cls"),
+    "LLMServerManager": ("verl.workers.rollout.llm_server", "LLMServerManager"),
+    "CheckpointEngineManager": ("verl.checkpoint_engine", "CheckpointEngineManager"),
+    "RolloutReplica": ("verl.workers.rollout.replica", "RolloutReplica"),
+    "RolloutReplicaRegistry": ("verl.workers.rollout.replica", "RolloutReplicaRegistry"),
+    "TokenOutput": ("verl.workers.rollout.replica", "TokenOutput"),
+    "BaseRollout": ("verl.workers.rollout.base", "BaseRollout"),
+    "Tracking": ("verl.utils.tracking", "Tracking"),
+    "omega_conf_to_dataclass": ("verl.utils.config", "omega_conf_to_dataclass"),
+    "hf_tokenizer": ("verl.utils", "hf_tokenizer"),
+    "get_device_name": ("verl.utils.device", "get_device_name"),
+    "run_ppo": ("verl.trainer.main_ppo", "run_ppo"),
+    "validate_config": ("verl.utils.config", "validate_config"),
+}
+
+__all__ = ["VERL_VERSION", "after_import", "apply_cpu_adjustments", "register_hf_rollout", *_LAZY_NAMES]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY_NAMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module_name, attr = _LAZY_NAMES[name]
+    return getattr(importlib.import_module(module_name), attr)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Import hooks: run a callback on a verl module right after it is first imported.
+# --------------------------------------------------------------------------------------------------------------------
+
+
+class _PostImportFinder(importlib.abc.MetaPathFinder):
+    """Meta-path finder that wraps the loader of selected modules to run callbacks after they execute."""
+
+    def __init__(self) -> None:
+        self.hooks: dict[str, list[Callable[[ModuleType], None]]] = {}
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if fullname not in self.hooks:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None and spec.loader is not None:
+                spec.loader = _HookedLoader(spec.loader, self.hooks[fullname])
+                return spec
+        return None
+
+
+class _HookedLoader(importlib.abc.Loader):
+    def __init__(self, loader: Any, callbacks: list[Callable[[ModuleType], None]]) -> None:
+        self._loader = loader
+        self._callbacks = callbacks
+
+    def create_module(self, spec: Any) -> ModuleType | None:
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module: ModuleType) -> None:
+        self._loader.exec_module(module)
+        for callback in self._callbacks:
+            callback(module)
+
+
+_FINDER = _PostImportFinder()
+
+
+def after_import(module_name: str, callback: Callable[[ModuleType], None]) -> None:
+    """Run ``callback(module)`` once ``module_name`` is imported (at once if it already is)."""
+    if module_name in sys.modules:
+        callback(sys.modules[module_name])
+        return
+    _FINDER.hooks.setdefault(module_name, []).append(callback)
+    if _FINDER not in sys.meta_path:
+        sys.meta_path.insert(0, _FINDER)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Registrations (additive: they add names, they change nothing that exists)
+# --------------------------------------------------------------------------------------------------------------------
+
+HF_ROLLOUT_ADAPTER = "agent_system.cpu_backend.hf_rollout.HFServerAdapter"
+
+
+def register_platform(name: str, platform_cls: type) -> None:
+    __getattr__("PlatformRegistry").register(platform=name)(platform_cls)
+
+
+def _register_hf_rollout_adapter(module: ModuleType) -> None:
+    module._ROLLOUT_REGISTRY[("hf", "async")] = HF_ROLLOUT_ADAPTER
+
+
+def _register_hf_replica(module: ModuleType) -> None:
+    def load() -> type:
+        from agent_system.cpu_backend.hf_rollout import HFRolloutReplica
+
+        return HFRolloutReplica
+
+    module.RolloutReplicaRegistry.register("hf", load)
+
+
+def register_hf_rollout() -> None:
+    """Make ``rollout.name=hf`` resolve to the project's Hugging Face ``generate()`` rollout server."""
+    after_import("verl.workers.rollout.base", _register_hf_rollout_adapter)
+    after_import("verl.workers.rollout.replica", _register_hf_replica)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# CPU adjustments (only when the cpu platform is active)
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def _register_cpu_engines(module: ModuleType) -> None:
+    registry = importlib.import_module("verl.workers.engine.base").EngineRegistry
+    registry.register(model_type="language_model", backend=["fsdp", "fsdp2"], device="cpu")(
+        module.FSDPEngineWithLMHead
+    )
+    registry.register(model_type="value_model", backend=["fsdp", "fsdp2"], device="cpu")(module.FSDPEngineWithValueHead)
+
+    offload_policy_cls = module.CPUOffloadPolicy
+    if offload_policy_cls is not None:
+
+        class UnpinnedCPUOffloadPolicy(offload_policy_cls):
+            """FSDP2 CPU offload without pinned host memory (pinning requires an accelerator)."""
+
+            def __init__(self, pin_memory: bool = False) -> None:
+                super().__init__(pin_memory=False)
+
+        module.CPUOffloadPolicy = UnpinnedCPUOffloadPolicy
+
+
+def _wrap_process_group_init(module: ModuleType) -> None:
+    original = module.initialize_global_process_group_ray
+
+    def initialize_global_process_group_ray(timeout_second: Any = None, backend: str | None = None) -> Any:
+        # verl builds "cpu:gloo,<device>:<backend>", which is "cpu:gloo,cpu:gloo" on CPU: torch rejects duplicates.
+        return original(timeout_second=timeout_second, backend=backend or "gloo")
+
+    module.initialize_global_process_group_ray = initialize_global_process_group_ray
+
+
+def apply_cpu_adjustments() -> None:
+    """Apply the CPU adjustments listed in the module docstring (idempotent per process)."""
+    after_import("verl.workers.engine.fsdp.transformer_impl", _register_cpu_engines)
+    after_import("verl.workers.engine_workers", _wrap_process_group_init)
+
+
+def platform_already_resolved() -> str | None:
+    """Device name of verl's platform singleton if something already resolved it, else None."""
+    manager = importlib.import_module("verl.plugin.platform.platform_manager")
+    current = manager._current_platform
+    return None if current is None else current.device_name

@@ -1,0 +1,22 @@
+"""MLMT-RL entry point: train a solver (LL) and a feedback writer (HL) jointly on verl.
+
+    python -m verl.trainer.main_mlmt [key=value ...]
+
+With no overrides it trains the embedded default (SmolLM2-135M-Instruct at both levels on generated arithmetic
+problems) on whatever hardware is present. ``--help`` lists the config (``mlmt-configs/mlmt_trainer.yaml``).
+This file is a thin Hydra shim; the package ``verl`` is the PyPI one and this module name is provided by the
+MLMT-RL verl plugin (``agent_system/verl_plugin.py``). The code lives in ``agent_system``.
+"""
+
+import hydra
+
+from agent_system.trainer.main import run_mlmt
+
+
+@hydra.main(config_path="../../mlmt-configs", config_name="mlmt_trainer", version_base=None)
+def main(config):
+    run_mlmt(config)
+
+
+if __name__ == "__main__":
+    main()
