@@ -53,7 +53,10 @@ _LAZY_NAMES: dict[str, tuple[str, str]] = {
     "hf_tokenizer": ("verl.utils", "hf_tokenizer"),
     "get_device_name": ("verl.utils.device", "get_device_name"),
     "run_ppo": ("verl.trainer.main_ppo", "run_ppo"),
-    "validate_config": ("verl.utils.config", "validate_config"),
+    "tensordict_utils": ("verl.utils", "tensordict_utils"),
+    "left_right_2_no_padding": ("verl.workers.utils.padding", "left_right_2_no_padding"),
+    "no_padding_2_padding": ("verl.workers.utils.padding", "no_padding_2_padding"),
+    "compute_position_id_with_mask": ("verl.utils.model", "compute_position_id_with_mask"),
 }
 
 __all__ = ["VERL_VERSION", "after_import", "apply_cpu_adjustments", "register_hf_rollout", *_LAZY_NAMES]

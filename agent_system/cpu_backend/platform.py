@@ -47,7 +47,7 @@ class _CPUDeviceModule(types.ModuleType):
             "manual_seed_all": torch.manual_seed,
             "get_device_name": lambda *_a, **_k: "cpu",
             "mem_get_info": lambda *_a, **_k: (0, 0),
-            "current_device": _zero,
+            "current_device": lambda: "cpu",
             "device_count": lambda: 1,
             "is_available": lambda: True,
         }
@@ -82,8 +82,9 @@ class PlatformCPU(PlatformBase):
     def is_platform_available(self, use_smi_check: bool = False) -> bool:
         return os.environ.get("VERL_PLATFORM", "").strip().lower() == "cpu"
 
-    def current_device(self) -> int:
-        return 0
+    def current_device(self) -> str:
+        # verl passes this straight to `.to(device=...)` / `torch.device(...)`; an int would mean an accelerator.
+        return "cpu"
 
     def device_count(self) -> int:
         return 1

@@ -57,8 +57,8 @@ class SandboxLimits:
         max_output_bytes: Cap on the result stream read back from the child.
     """
 
-    timeout_s: float = 10.0
-    per_test_s: float = 4.0
+    timeout_s: float = 12.0
+    per_test_s: float = 6.0
     memory_mb: int = 512
     max_processes: int = 8
     max_file_mb: int = 16
@@ -204,7 +204,8 @@ def run_tests(code: str, tests: list[str], setup_code: str = "", limits: Sandbox
     Args:
         code: The candidate program.
         tests: Test statements (MBPP's ``assert f(x) == y`` lines), run one by one in the program's namespace.
-        setup_code: Code run before the program (MBPP's ``test_setup_code`` / sanitized ``test_imports``).
+        setup_code: Code run after the program and before the tests (MBPP's ``test_setup_code``, or the
+            sanitized set's ``test_imports``).
         limits: Resource limits; defaults to :class:`SandboxLimits`.
 
     Returns:

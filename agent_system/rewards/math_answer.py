@@ -108,8 +108,8 @@ def extract_answer(text: str, allow_last_number: bool = False) -> str | None:
         return _strip_sentence(hashes[-1])
     tail = text[-4 * MAX_ANSWER_CHARS :]
     stated = None
-    for stated in _ANSWER_IS_RE.finditer(tail):
-        pass
+    for match in _ANSWER_IS_RE.finditer(tail):
+        stated = match
     if stated is not None:
         return _strip_sentence(stated.group(1).split("\n")[0])
     if allow_last_number:

@@ -28,8 +28,16 @@ def _alarm_seconds(timeout_s: float) -> int | None:
     return max(1, round(timeout_s))
 
 
-def _parse(answer: str, timeout_s: float) -> list:
-    """Parses a bare answer (no delimiters) into math-verify's representation; [] when unparsable."""
+def parse_answer(answer: str, timeout_s: float = 5.0) -> list:
+    """Parses a bare answer (no delimiters) into math-verify's representation.
+
+    Args:
+        answer: A normalised answer such as ``\\frac{1}{2}``.
+        timeout_s: Parse timeout in seconds (main thread only).
+
+    Returns:
+        math-verify's parse result; [] when unparsable or on timeout.
+    """
     try:
         return parse("\\boxed{" + answer + "}", parsing_timeout=_alarm_seconds(timeout_s))
     except (Exception, TimeoutException) as exc:  # math-verify's timeout is a BaseException
@@ -48,7 +56,7 @@ def parse_gold(gold: str, timeout_s: float = 5.0) -> tuple:
     Returns:
         A tuple of math-verify objects (empty when the gold cannot be parsed).
     """
-    return tuple(_parse(normalize_answer(gold), timeout_s))
+    return tuple(parse_answer(normalize_answer(gold), timeout_s))
 
 
 def answers_match(pred: str, gold: str, timeout_s: float = 5.0) -> bool:
@@ -66,7 +74,7 @@ def answers_match(pred: str, gold: str, timeout_s: float = 5.0) -> bool:
     if pred_norm == gold_norm:
         return True
     gold_parsed = parse_gold(gold, timeout_s)
-    pred_parsed = _parse(pred_norm, timeout_s)
+    pred_parsed = parse_answer(pred_norm, timeout_s)
     if not gold_parsed or not pred_parsed:
         return False
     try:

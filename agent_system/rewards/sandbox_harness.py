@@ -16,12 +16,12 @@ import sys
 import traceback
 
 
-class _TestTimeout(Exception):
+class TimeLimitExceeded(Exception):
     """Raised by the per-stage alarm."""
 
 
 def _on_alarm(signum, frame):
-    raise _TestTimeout("time limit exceeded")
+    raise TimeLimitExceeded("time limit exceeded")
 
 
 def _apply_limits(limits):
@@ -106,8 +106,9 @@ def main():
     namespace = {"__name__": "candidate"}
     stage_s = job["limits"]["per_test_s"]
     try:
-        _run_stage(job["setup_code"], "<test_setup_code>", namespace, stage_s)
+        # MBPP's test_setup_code builds fixtures from the program's classes, so it runs after the program
         _run_stage(job["code"], "<candidate>", namespace, stage_s)
+        _run_stage(job["setup_code"], "<test_setup_code>", namespace, stage_s)
     except BaseException as exc:  # noqa: B036 - SystemExit, KeyboardInterrupt from the candidate
         report({"program_error": _describe_failure(exc, "<program>", namespace)})
         out.close()

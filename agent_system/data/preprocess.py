@@ -1,0 +1,187 @@
+"""Convert MATH, MATH-500, GSM8K and MBPP to verl's RL parquet schema (see agent_system/data/schema.py).
+
+Usage::
+
+    # from local files (a JSONL/parquet file or a folder holding them)
+    python -m agent_system.data.preprocess --dataset math --input /work/shared/data/math --split train \
+        --output data/math/train.parquet
+    python -m agent_system.data.preprocess --dataset math500 --input /work/shared/data/math500 \
+        --output data/math500/test.parquet
+    python -m agent_system.data.preprocess --dataset gsm8k --input /work/shared/data/gsm8k/test.jsonl \
+        --output data/gsm8k/test.parquet
+    python -m agent_system.data.preprocess --dataset mbpp --input /work/shared/data/mbpp --split test \
+        --output data/mbpp/test.parquet
+    python -m agent_system.data.preprocess --dataset mbpp_sanitized --input /work/shared/data/mbpp \
+        --output data/mbpp_sanitized/all.parquet
+    # from the Hugging Face hub (online machines only): leave out --input
+    python -m agent_system.data.preprocess --dataset gsm8k --split test --output data/gsm8k/test.parquet
+
+A bad record stops the run with an error naming the file, the row (1-based line for JSONL, 1-based
+record for parquet) and the field; ``--skip-bad-rows`` skips such records and reports how many and which.
+The output is written to a temporary file in the same folder and renamed, so it is never half-written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import logging
+import os
+from collections.abc import Iterator
+
+import pandas as pd
+from tqdm import tqdm
+
+from agent_system.data.schema import DataFormatError, RowError, write_parquet_atomic
+from agent_system.data.sources import DATASETS, DatasetSpec
+
+logger = logging.getLogger(__name__)
+
+_KNOWN_SPLITS = ("train", "test", "validation", "prompt")
+
+
+def _input_files(input_path: str, spec: DatasetSpec, split: str | None) -> list[str]:
+    """Resolves ``--input`` (a file or a folder) to the data files to read."""
+    if os.path.isfile(input_path):
+        return [input_path]
+    if not os.path.isdir(input_path):
+        raise FileNotFoundError(f"--input {input_path} does not exist")
+    stems = [s.format(split=split) for s in spec.local_names if split or "{split}" not in s]
+    files = [
+        path
+        for stem in stems
+        for path in (os.path.join(input_path, stem + ext) for ext in (".jsonl", ".parquet"))
+        if os.path.isfile(path)
+    ]
+    if not files and not stems:  # e.g. math without --split: every file of the folder
+        files = sorted(glob.glob(os.path.join(input_path, "*.jsonl")))
+        files += sorted(glob.glob(os.path.join(input_path, "*.parquet")))
+    if not files:
+        raise FileNotFoundError(f"no {stems or '*'}.jsonl / .parquet for this dataset in {input_path}")
+    return files
+
+
+def _read_file(path: str) -> Iterator[tuple[int, dict | DataFormatError]]:
+    """Yields (1-based row number, record) pairs; an undecodable row yields a DataFormatError instead."""
+    if path.endswith(".parquet"):
+        for number, record in enumerate(pd.read_parquet(path).to_dict(orient="records"), start=1):
+            yield number, record
+        return
+    with open(path, encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as exc:
+                yield number, DataFormatError(path, number, "<json>", f"invalid JSON ({exc.msg})")
+                continue
+            if not isinstance(record, dict):
+                yield number, DataFormatError(path, number, "<json>", "a row must be a JSON object")
+                continue
+            yield number, record
+
+
+def _split_label(record: dict, spec: DatasetSpec, path: str, split: str | None) -> str:
+    label = spec.split_of(record) if spec.split_of else ""
+    if not label:
+        stem = os.path.basename(path).split(".")[0].split("-")[0]
+        label = stem if stem in _KNOWN_SPLITS else (split or "train")
+    return label
+
+
+def _local_records(input_path: str, spec: DatasetSpec, split: str | None) -> Iterator[tuple[str, int, object, str]]:
+    for path in _input_files(input_path, spec, split):
+        for number, record in _read_file(path):
+            if isinstance(record, DataFormatError):
+                yield path, number, record, split or ""
+                continue
+            try:
+                label = _split_label(record, spec, path, split)
+            except (TypeError, ValueError) as exc:
+                yield path, number, DataFormatError(path, number, "task_id", str(exc)), split or ""
+                continue
+            if split is None or label == split:
+                yield path, number, record, label
+
+
+def _hub_records(spec: DatasetSpec, split: str | None) -> Iterator[tuple[str, int, object, str]]:
+    """Streams records from the Hugging Face hub (needs network access; not exercised by the tests)."""
+    from datasets import load_dataset
+
+    split = split or spec.default_split
+    dataset = load_dataset(spec.hub_path, spec.hub_config, split=split)
+    source = f"hf://{spec.hub_path}[{spec.hub_config or 'default'}]/{split}"
+    for number, record in enumerate(dataset, start=1):
+        yield source, number, dict(record), split
+
+
+def preprocess(
+    dataset: str,
+    output: str,
+    input_path: str | None = None,
+    split: str | None = None,
+    limit: int | None = None,
+    skip_bad_rows: bool = False,
+) -> tuple[str, int, list[DataFormatError]]:
+    """Converts one dataset to a verl parquet file.
+
+    Args:
+        dataset: One of ``math``, ``math500``, ``gsm8k``, ``mbpp``, ``mbpp_sanitized``.
+        output: Destination ``.parquet`` path.
+        input_path: Local JSONL/parquet file or folder; None reads the Hugging Face hub.
+        split: Keep only this split (local) or load this split (hub).
+        limit: Keep at most this many rows (small slices for tests).
+        skip_bad_rows: Skip unconvertible records instead of stopping at the first one.
+
+    Returns:
+        ``(output path, number of rows written, skipped-row errors)``.
+
+    Raises:
+        DataFormatError: On the first bad record, unless ``skip_bad_rows``.
+        ValueError: If no row is left to write.
+    """
+    if dataset not in DATASETS:
+        raise ValueError(f"unknown dataset {dataset!r}; choose from {sorted(DATASETS)}")
+    spec = DATASETS[dataset]
+    records = _local_records(input_path, spec, split) if input_path else _hub_records(spec, split)
+    rows, bad = [], []
+    for path, number, record, label in tqdm(records, desc=f"{dataset}", unit="row", mininterval=1.0):
+        if limit is not None and len(rows) >= limit:
+            break
+        try:
+            if isinstance(record, DataFormatError):
+                raise record
+            try:
+                rows.append(spec.convert(record, len(rows), label))
+            except RowError as exc:
+                raise DataFormatError(path, number, exc.field, exc.message) from None
+        except DataFormatError as exc:
+            if not skip_bad_rows:
+                raise
+            bad.append(exc)
+    if bad:
+        listed = "; ".join(str(e) for e in bad[:100]) + (f"; ... and {len(bad) - 100} more" if len(bad) > 100 else "")
+        logger.warning("skipped %d bad rows: %s", len(bad), listed)
+    if not rows:
+        raise ValueError(f"no rows to write for dataset {dataset!r} (split={split!r})")
+    return write_parquet_atomic(rows, output), len(rows), bad
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--dataset", required=True, choices=sorted(DATASETS), help="which dataset to convert")
+    parser.add_argument("--input", default=None, help="local JSONL/parquet file or folder (default: the HF hub)")
+    parser.add_argument("--output", required=True, help="output .parquet path")
+    parser.add_argument("--split", default=None, help="keep (local) or load (hub) only this split")
+    parser.add_argument("--limit", type=int, default=None, help="write at most this many rows")
+    parser.add_argument("--skip-bad-rows", action="store_true", help="skip and report bad records instead of failing")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    path, count, bad = preprocess(args.dataset, args.output, args.input, args.split, args.limit, args.skip_bad_rows)
+    logger.info("wrote %d rows to %s (%d bad rows skipped)", count, path, len(bad))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,85 @@
+"""Code reward (MBPP-style): extract the program from a response and run the task's asserts in the sandbox."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from agent_system.rewards.code_sandbox import SandboxLimits, run_tests
+
+_FENCE_RE = re.compile(r"```([A-Za-z0-9_+-]*)[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
+_PYTHON_TAGS = {"", "python", "py", "python3"}
+
+
+def extract_code(response: str, entry_point: str | None = None) -> str:
+    """Extracts the program from a model response.
+
+    Fenced blocks tagged python (or untagged) are preferred: the last one that defines ``entry_point``
+    (or any function when the name is unknown), else the last python block. A response without fences
+    is taken as bare code.
+
+    Args:
+        response: The model response.
+        entry_point: The function the tests call, when known.
+
+    Returns:
+        The program text (possibly empty).
+    """
+    blocks = [body for tag, body in _FENCE_RE.findall(response) if tag.lower() in _PYTHON_TAGS]
+    if not blocks:
+        return response.strip().strip("`")
+    wanted = f"def {entry_point}" if entry_point else "def "
+    defining = [b for b in blocks if wanted in b]
+    return (defining or blocks)[-1]
+
+
+def parse_tests(ground_truth: str | list) -> list[str]:
+    """Accepts the assert list as a list or as its JSON string."""
+    tests = json.loads(ground_truth) if isinstance(ground_truth, str) else ground_truth
+    if not isinstance(tests, list) or not all(isinstance(t, str) for t in tests):
+        raise ValueError("code ground_truth must be a list of test statements (or its JSON string)")
+    return [str(t) for t in tests]
+
+
+def score_code(
+    solution_str: str,
+    ground_truth: str | list,
+    extra_info: dict | None = None,
+    limits: SandboxLimits | None = None,
+) -> dict:
+    """Scores a code response against its tests.
+
+    The ``score`` is binary all-tests-pass (the RL reward); the pass fraction is in ``pass_rate``.
+    Set ``extra_info["code_reward"] = "pass_rate"`` to use the fraction as ``score`` instead.
+
+    Args:
+        solution_str: The model response (fenced python block or bare code).
+        ground_truth: The assert statements, a list or its JSON string.
+        extra_info: May hold ``test_setup_code``, ``entry_point`` and ``code_reward``.
+        limits: Sandbox limits (default :class:`SandboxLimits`).
+
+    Returns:
+        ``{"score", "acc", "pred", "error", "pass_rate", "first_failure"}``.
+    """
+    extra_info = extra_info or {}
+    tests = parse_tests(ground_truth)
+    code = extract_code(solution_str or "", extra_info.get("entry_point"))
+    if not code.strip():
+        return {
+            "score": 0.0,
+            "acc": False,
+            "pred": "",
+            "error": "no code found",
+            "pass_rate": 0.0,
+            "first_failure": "no code found in the response",
+        }
+    result = run_tests(code, tests, extra_info.get("test_setup_code") or "", limits)
+    use_fraction = extra_info.get("code_reward") == "pass_rate"
+    return {
+        "score": result.pass_rate if use_fraction else float(result.all_passed),
+        "acc": result.all_passed,
+        "pred": code,
+        "error": result.error,
+        "pass_rate": result.pass_rate,
+        "first_failure": result.first_failure or "",
+    }

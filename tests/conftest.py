@@ -1,0 +1,31 @@
+"""Shared fixtures: tiny offline models (built once per session) and one Ray session for the integration tier."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+
+
+@pytest.fixture(scope="session")
+def tiny_models(tmp_path_factory):
+    """Two different tiny Qwen2 models with the same tokenizer: {"ll": path, "hl": path}."""
+    from agent_system.models.tiny import build_tiny_model
+
+    root = tmp_path_factory.mktemp("tiny_models")
+    return {"ll": build_tiny_model(root / "ll", seed=0), "hl": build_tiny_model(root / "hl", seed=1)}
+
+
+@pytest.fixture(scope="session")
+def ray_session():
+    """One local Ray session for the whole pytest session, always shut down."""
+    import ray
+
+    ray.init(num_cpus=16, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
+    try:
+        yield
+    finally:
+        ray.shutdown()

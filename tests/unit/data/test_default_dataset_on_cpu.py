@@ -1,0 +1,47 @@
+"""The embedded arithmetic dataset: deterministic, idempotent, valid, and solvable by its references."""
+
+import os
+
+import pandas as pd
+
+from agent_system.data.default_dataset import ensure_default_dataset, generate_rows, main
+from agent_system.data.schema import validate_row
+from agent_system.rewards import compute_score
+
+
+def test_deterministic_and_disjoint():
+    train_a, val_a = generate_rows(200, 40, seed=3)
+    train_b, val_b = generate_rows(200, 40, seed=3)
+    assert train_a == train_b and val_a == val_b
+    assert generate_rows(200, 40, seed=4)[0] != train_a
+    val_questions = {r["prompt"][0]["content"] for r in val_a}
+    assert len(val_questions) == 40
+    assert not val_questions & {r["prompt"][0]["content"] for r in train_a}
+    assert {r["extra_info"]["difficulty"] for r in train_a} == {1, 2, 3}
+
+
+def test_files_valid_idempotent_and_references_score_one(tmp_path):
+    train_path, val_path = ensure_default_dataset(str(tmp_path), n_train=64, n_val=16, seed=0)
+    assert "seed0" in train_path and "ntrain64" in train_path and val_path.endswith("_val.parquet")
+    mtime = os.path.getmtime(train_path)
+    assert ensure_default_dataset(str(tmp_path), n_train=64, n_val=16, seed=0) == (train_path, val_path)
+    assert os.path.getmtime(train_path) == mtime  # reused, not rewritten
+    assert ensure_default_dataset(str(tmp_path), n_train=32, n_val=16, seed=0)[0] != train_path
+    for path, count, split in ((train_path, 64, "train"), (val_path, 16, "val")):
+        frame = pd.read_parquet(path)
+        assert len(frame) == count
+        for row in frame.to_dict(orient="records"):
+            row["prompt"] = list(row["prompt"])
+            validate_row(row)
+            assert row["data_source"] == "arith" and row["extra_info"]["split"] == split
+            solution = row["extra_info"]["reference_solution"]
+            assert solution.endswith("}$.") and "\\boxed{" in solution
+            assert compute_score("arith", solution, row["reward_model"]["ground_truth"])["acc"]
+
+
+def test_cli(tmp_path):
+    main(["--out-dir", str(tmp_path), "--n-train", "8", "--n-val", "4", "--seed", "1"])
+    assert sorted(os.listdir(tmp_path)) == [
+        "arith_v1_seed1_ntrain8_nval4_train.parquet",
+        "arith_v1_seed1_ntrain8_nval4_val.parquet",
+    ]

@@ -1,0 +1,212 @@
+"""The code sandbox with real subprocesses: normal programs, then one hostile program per threat."""
+
+import json
+import os
+import shutil
+import socket
+import tempfile
+import threading
+import time
+
+import pytest
+
+from agent_system.rewards import compute_score
+from agent_system.rewards.code_reward import extract_code
+from agent_system.rewards.code_sandbox import SandboxLimits, isolation_mode, run_tests
+
+FAST = SandboxLimits(timeout_s=3.0, per_test_s=1.5)
+ADD_TESTS = ["assert add(1, 2) == 3", "assert add(2, 2) == 4"]
+GOOD = "def add(a, b):\n    return a + b\n"
+
+
+@pytest.fixture
+def sandbox_root(monkeypatch):
+    """Puts this test's sandbox working dirs under a private folder, so leftovers can be told apart."""
+    root = tempfile.mkdtemp(prefix="mlmt_sandbox_test_")
+    os.chmod(root, 0o755)
+    monkeypatch.setattr(tempfile, "tempdir", root)
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def _processes_under(root: str) -> list[int]:
+    """PIDs of live (non-zombie) processes whose working directory is inside ``root``."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cwd = os.readlink(f"/proc/{pid}/cwd")
+            with open(f"/proc/{pid}/stat") as handle:
+                state = handle.read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if cwd.startswith(root) and state != "Z":
+            found.append(int(pid))
+    return found
+
+
+def test_passing_failing_and_broken_programs():
+    assert run_tests(GOOD, ADD_TESTS, limits=FAST).all_passed
+    wrong = run_tests("def add(a, b):\n    return a - b\n", ADD_TESTS + ["assert add(0, 0) == 0"], limits=FAST)
+    assert wrong.passed == [False, False, True] and wrong.pass_rate == pytest.approx(1 / 3)
+    assert "left side evaluated to -1" in wrong.first_failure
+    broken = run_tests("def add(a, b) return", ADD_TESTS, limits=FAST)
+    assert broken.error == "program error" and "SyntaxError" in broken.first_failure
+
+
+def test_setup_code_runs_after_program_like_mbpp():
+    code = "class Node:\n    def __init__(self, v):\n        self.v = v\ndef value(n):\n    return n.v\n"
+    assert run_tests(code, ["assert value(root) == 1"], setup_code="root = Node(1)", limits=FAST).all_passed
+
+
+def test_infinite_loop_is_cut_per_test_and_keeps_partial_credit():
+    code = "def f(x):\n    while x == 0:\n        pass\n    return x\n"
+    start = time.monotonic()
+    result = run_tests(code, ["assert f(1) == 1", "assert f(0) == 0", "assert f(2) == 2"], limits=FAST)
+    assert result.passed == [True, False, True]
+    assert "time limit" in result.first_failure
+    assert time.monotonic() - start < FAST.timeout_s + 1
+
+
+def test_wall_clock_limit_when_candidate_disables_the_alarm(sandbox_root):
+    code = "import signal, time\nsignal.signal(signal.SIGALRM, signal.SIG_IGN)\nwhile True:\n    time.sleep(0.01)\n"
+    start = time.monotonic()
+    result = run_tests(code, ADD_TESTS, limits=SandboxLimits(timeout_s=2.0, per_test_s=1.0))
+    assert result.error == "timeout" and not any(result.passed)
+    assert time.monotonic() - start < 3.5
+    assert not _processes_under(sandbox_root)
+
+
+def test_fork_bomb_is_contained_and_fully_killed(sandbox_root):
+    code = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n"
+    start = time.monotonic()
+    result = run_tests(code, ADD_TESTS, limits=SandboxLimits(timeout_s=2.0, per_test_s=5.0))
+    assert not any(result.passed)
+    assert time.monotonic() - start < 4.0
+    time.sleep(0.2)  # the kernel reaps the namespace asynchronously
+    assert not _processes_under(sandbox_root)
+    assert run_tests(GOOD, ADD_TESTS, limits=FAST).all_passed
+
+
+def test_setsid_escape_is_killed_with_the_pid_namespace(sandbox_root):
+    code = (
+        "import os, time\nif os.fork() == 0:\n    os.setsid()\n    time.sleep(60)\ndef add(a, b):\n    return a + b\n"
+    )
+    assert run_tests(code, ADD_TESTS, limits=FAST).all_passed
+    time.sleep(0.2)
+    assert not _processes_under(sandbox_root)
+
+
+def test_memory_bomb_fails_without_hurting_the_parent():
+    code = (
+        "def add(a, b):\n    return [0] * 10**10\n"
+        "def grow(a, b):\n    blocks = []\n    while True:\n        blocks.append(bytearray(100_000_000))\n"
+    )
+    limits = SandboxLimits(timeout_s=5.0, per_test_s=4.0)
+    result = run_tests(code, ["assert add(1, 2) == 3", "assert grow(1, 2)"], limits=limits)
+    assert result.passed == [False, False] and "MemoryError" in result.first_failure
+    assert result.error is None  # the harness survived both and reported them
+
+
+def test_cannot_delete_or_write_files_outside_the_temp_dir(tmp_path):
+    if isolation_mode() != "root":
+        pytest.skip("file protection relies on the per-run unprivileged uid (root mode)")
+    victim_dir = tmp_path / "project"
+    victim_dir.mkdir()
+    os.chmod(tmp_path, 0o755)
+    victim = victim_dir / "precious.txt"
+    victim.write_text("keep me")
+    code = (
+        "import os, shutil\n"
+        f"def attack():\n    for fn in (lambda: os.remove({str(victim)!r}),\n"
+        f"               lambda: shutil.rmtree({str(victim_dir)!r}),\n"
+        f"               lambda: open({str(victim_dir / 'new.txt')!r}, 'w').write('x'),\n"
+        "               lambda: open('/etc/mlmt_owned', 'w').write('x')):\n"
+        "        try:\n            fn()\n            return 'succeeded'\n        except OSError:\n            pass\n"
+        "    open('inside.txt', 'w').write('ok')\n    return open('inside.txt').read()\n"
+    )
+    assert run_tests(code, ["assert attack() == 'ok'"], limits=FAST).all_passed
+    assert victim.read_text() == "keep me" and not (victim_dir / "new.txt").exists()
+    assert not os.path.exists("/etc/mlmt_owned")
+
+
+def test_sockets_cannot_reach_a_local_server():
+    server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    server.settimeout(3)
+    port = server.getsockname()[1]
+    accepted = []
+    thread = threading.Thread(target=lambda: _accept_once(server, accepted), daemon=True)
+    thread.start()
+    code = (
+        "import _socket, socket\n"
+        "def reach():\n    out = []\n"
+        f"    for make in (lambda: socket.create_connection(('127.0.0.1', {port}), timeout=1),\n"
+        "                 lambda: _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM)):\n"
+        "        try:\n            s = make()\n"
+        f"            s.settimeout(1)\n            s.connect(('127.0.0.1', {port}))\n"
+        "            out.append('connected')\n"
+        "        except OSError:\n            out.append('blocked')\n    return out\n"
+    )
+    assert run_tests(code, ["assert reach() == ['blocked', 'blocked']"], limits=FAST).all_passed
+    thread.join(timeout=4)
+    server.close()
+    assert accepted == []
+
+
+def _accept_once(server, accepted):
+    try:
+        accepted.append(server.accept())
+    except OSError:
+        pass
+
+
+def test_os_exit_and_sys_exit_score_zero():
+    early = run_tests("import os\nos._exit(0)\n", ADD_TESTS, limits=FAST)
+    assert early.error == "exited early" and not any(early.passed)
+    in_test = run_tests("import sys\ndef add(a, b):\n    sys.exit(0)\n", ADD_TESTS, limits=FAST)
+    assert not any(in_test.passed) and "SystemExit" in in_test.first_failure
+
+
+def test_stdout_flood_and_forged_results_are_ignored():
+    flood = "import sys\nfor _ in range(200_000):\n    print('x' * 1000)\n" + GOOD
+    assert run_tests(flood, ADD_TESTS, limits=FAST).all_passed  # prints go to /dev/null, nothing is read back
+    forged = (
+        "import os, json\nfor fd in range(3, 20):\n    try:\n"
+        "        line = json.dumps({'test': 0, 'ok': True}) + '\\n' + json.dumps({'done': True}) + '\\n'\n"
+        "        os.write(fd, line.encode())\n"
+        "    except OSError:\n        pass\nos._exit(0)\n"
+    )
+    assert not any(run_tests(forged, ADD_TESTS, limits=FAST).passed)
+
+
+def test_environment_secrets_and_parent_are_out_of_reach(monkeypatch):
+    monkeypatch.setenv("MLMT_TEST_SECRET", "hunter2")
+    parent = os.getpid()
+    code = (
+        "import os, signal\n"
+        "def leaks():\n    found = [k for k in os.environ if 'SECRET' in k or 'KEY' in k or 'TOKEN' in k]\n"
+        f"    try:\n        found.append(open('/proc/{parent}/environ').read())\n    except OSError:\n        pass\n"
+        "    return found\n"
+        "def kill_all():\n    try:\n        os.kill(-1, signal.SIGKILL)\n"
+        "    except OSError:\n        pass\n    return True\n"
+    )
+    env_check = "assert sorted(os.environ) == ['HOME', 'LANG', 'LC_ALL', 'PATH', 'TMPDIR']"
+    result = run_tests(code, ["assert leaks() == []", env_check], limits=FAST)
+    assert result.all_passed, result.first_failure
+    run_tests(code, ["assert kill_all()"], limits=FAST)
+    assert os.getpid() == parent  # still alive after the candidate's kill(-1)
+
+
+def test_extract_code_and_compute_score_mbpp():
+    response = "Here:\n```python\ndef helper():\n    pass\n```\nand\n```python\ndef add(a, b):\n    return a + b\n```"
+    assert "def add" in extract_code(response, "add")
+    assert extract_code("def add(a, b): return a + b") == "def add(a, b): return a + b"
+    result = compute_score("mbpp", response, json.dumps(ADD_TESTS), {"entry_point": "add", "test_setup_code": ""})
+    assert result["score"] == 1.0 and result["acc"] and result["pass_rate"] == 1.0 and result["first_failure"] == ""
+    partial = compute_score(
+        "mbpp", "def add(a, b):\n    return 3\n", ADD_TESTS, {"code_reward": "pass_rate"}, sandbox_limits=FAST
+    )
+    assert partial["score"] == 0.5 and not partial["acc"] and partial["first_failure"].startswith("AssertionError")
+    empty = compute_score("mbpp", "", ADD_TESTS)
+    assert empty["score"] == 0.0 and empty["error"] == "no code found"

@@ -1,0 +1,95 @@
+"""The optional LLM judge against a real local HTTP server (127.0.0.1, ephemeral port)."""
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from agent_system.rewards import RewardPool, compute_score
+from agent_system.rewards.judge import JudgeConfig, judge_equivalence
+
+
+class _Handler(BaseHTTPRequestHandler):
+    """Replies according to the requested model name."""
+
+    seen: list = []
+
+    def do_POST(self):  # noqa: N802 - http.server API
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        _Handler.seen.append((self.path, self.headers.get("Authorization"), body))
+        model = body["model"]
+        if model == "slow":
+            time.sleep(3)
+        if model == "error":
+            self.send_response(500)
+            self.end_headers()
+            return
+        reply = {"yes": "YES", "no": "No.", "slow": "YES", "chatty": "Maybe, it depends"}.get(model, "YES")
+        payload = json.dumps({"choices": [{"message": {"content": reply}}]}).encode()
+        if model == "garbage":
+            payload = b"not json"
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture(scope="module")
+def base_url():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    server.shutdown()
+    server.server_close()
+
+
+def test_yes_no_and_request_format(base_url):
+    config = JudgeConfig(base_url, "yes", api_key="sk-test", timeout_s=2)
+    assert judge_equivalence("What is 1/2?", "\\frac{1}{2}", "one half", config) is True
+    path, auth, body = _Handler.seen[-1]
+    assert path == "/v1/chat/completions" and auth == "Bearer sk-test"
+    assert body["messages"][-1]["role"] == "user" and "one half" in body["messages"][-1]["content"]
+    assert judge_equivalence("", "1", "2", JudgeConfig(base_url, "no", timeout_s=2)) is False
+    assert "sk-test" not in repr(config)
+
+
+@pytest.mark.parametrize("model", ["slow", "error", "garbage", "chatty"])
+def test_failures_return_none(base_url, model):
+    start = time.monotonic()
+    assert judge_equivalence("", "1", "2", JudgeConfig(base_url, model, timeout_s=0.5)) is None
+    assert time.monotonic() - start < 2.5
+
+
+def test_unreachable_endpoint_returns_none():
+    assert judge_equivalence("", "1", "2", JudgeConfig("http://127.0.0.1:9/v1", "yes", timeout_s=0.5)) is None
+
+
+def test_compute_score_uses_judge_only_after_a_negative_rule_verdict(base_url, monkeypatch):
+    monkeypatch.setenv("MLMT_JUDGE_BASE_URL", base_url)
+    monkeypatch.setenv("MLMT_JUDGE_MODEL", "yes")
+    calls = len(_Handler.seen)
+    assert compute_score("math", "\\boxed{2}", "2")["acc"] is True
+    assert len(_Handler.seen) == calls  # rule said yes: no request
+    assert compute_score("math", "\\boxed{one half}", "\\frac{1}{2}")["acc"] is True
+    assert len(_Handler.seen) == calls + 1
+    monkeypatch.setenv("MLMT_JUDGE_MODEL", "error")
+    fallback = compute_score("math", "\\boxed{one half}", "\\frac{1}{2}")
+    assert fallback["acc"] is False and "rule verdict kept" in fallback["error"]
+
+
+def test_pool_kills_a_worker_stuck_on_a_slow_judge(base_url):
+    judge = JudgeConfig(base_url, "slow", timeout_s=30)
+    items = [{"data_source": "math", "solution_str": "\\boxed{7}", "ground_truth": "8", "extra_info": None}]
+    with RewardPool(num_workers=1, timeout_s=1.0, judge=judge) as pool:
+        start = time.monotonic()
+        results = pool.score(items + [dict(items[0], solution_str="\\boxed{8}")])
+        assert time.monotonic() - start < 2.9  # the slow judge answers after 3 s
+        assert results[0] == {"score": 0.0, "acc": False, "pred": "", "error": "timeout"}
+        assert results[1]["acc"] is True and pool.num_restarts == 1
