@@ -26,7 +26,7 @@ _ANSWER_IS_RE = re.compile(
 )
 _NUMBER_RE = re.compile(r"-?\d[\d,]*(?:\.\d+)?|-?\.\d+")
 # "The answer is $\frac{1}{2}$." -> keep the maths between the dollars
-_DOLLAR_RE = re.compile(r"^\$+(.+?)\$+")
+_DOLLAR_RE = re.compile(r"^\$+((?:\\.|[^$\\])+)\$")  # skips escaped \$ inside
 
 
 def _matching_brace(text: str, open_index: int) -> int:

@@ -64,7 +64,7 @@ def test_infinite_loop_is_cut_per_test_and_keeps_partial_credit():
     result = run_tests(code, ["assert f(1) == 1", "assert f(0) == 0", "assert f(2) == 2"], limits=FAST)
     assert result.passed == [True, False, True]
     assert "time limit" in result.first_failure
-    assert time.monotonic() - start < FAST.timeout_s + 1
+    assert time.monotonic() - start < FAST.timeout_s + 2
 
 
 def test_wall_clock_limit_when_candidate_disables_the_alarm(sandbox_root):
@@ -72,7 +72,7 @@ def test_wall_clock_limit_when_candidate_disables_the_alarm(sandbox_root):
     start = time.monotonic()
     result = run_tests(code, ADD_TESTS, limits=SandboxLimits(timeout_s=2.0, per_test_s=1.0))
     assert result.error == "timeout" and not any(result.passed)
-    assert time.monotonic() - start < 3.5
+    assert time.monotonic() - start < 5.0
     assert not _processes_under(sandbox_root)
 
 
@@ -81,7 +81,7 @@ def test_fork_bomb_is_contained_and_fully_killed(sandbox_root):
     start = time.monotonic()
     result = run_tests(code, ADD_TESTS, limits=SandboxLimits(timeout_s=2.0, per_test_s=5.0))
     assert not any(result.passed)
-    assert time.monotonic() - start < 4.0
+    assert time.monotonic() - start < 5.0
     time.sleep(0.2)  # the kernel reaps the namespace asynchronously
     assert not _processes_under(sandbox_root)
     assert run_tests(GOOD, ADD_TESTS, limits=FAST).all_passed

@@ -28,6 +28,7 @@ def test_last_boxed(text, expected):
         ("She pays 3*4=12 dollars.\n#### 12", False, "12"),
         ("Thus...\nThe answer is $\\frac{3}{4}$.", False, "\\frac{3}{4}"),
         ("Final answer: **17**", False, "17"),
+        ("The answer is $\\$32,\\!348$.", False, "\\$32,\\!348"),
         ("The final answer is 2,500.", False, "2,500"),
         ("7 + 5 = 12", True, "12"),
         ("7 + 5 = 12", False, None),

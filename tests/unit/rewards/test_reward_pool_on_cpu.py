@@ -13,7 +13,7 @@ def _item(source, response, gold, extra=None):
 
 @pytest.fixture(scope="module")
 def pool():
-    with RewardPool(num_workers=2, timeout_s=3.0) as reward_pool:
+    with RewardPool(num_workers=2, timeout_s=6.0) as reward_pool:  # generous: the machine may be busy
         yield reward_pool
 
 
@@ -47,15 +47,16 @@ def test_pathological_math_costs_at_most_the_timeout(pool):
     results = pool.score(bad + good)
     elapsed = time.monotonic() - start
     assert [r["score"] for r in results] == [0.0] * 4 + [1.0] * 6
-    assert elapsed < 2 * pool.timeout_s + 2  # 4 bad items over 2 workers, each bounded by the timeout
+    assert elapsed < 2 * pool.timeout_s + 3  # 4 bad items over 2 workers, each bounded by the timeout
 
 
 def test_hung_code_item_scores_zero_with_timeout():
     items = [_item("mbpp", "while True:\n    pass\n", ["assert True"]), _item("arith", "\\boxed{2}", "2")]
     with RewardPool(num_workers=1, timeout_s=1.0) as pool:
+        pool.score([_item("arith", "1", "1")])  # worker start-up is not part of the measurement
         start = time.monotonic()
         results = pool.score(items)
-        assert time.monotonic() - start < 6
+        assert time.monotonic() - start < 5
         assert results[0]["score"] == 0.0 and results[0]["error"] == "timeout"
         assert results[1]["acc"] is True
 

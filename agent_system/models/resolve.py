@@ -1,0 +1,48 @@
+"""Resolve a configured model path to a local Hugging Face folder, with one clear message when that is impossible."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+EMBEDDED = "smollm2"
+
+
+class ModelPathError(FileNotFoundError):
+    """A model path that cannot be used; the message names the path and the fix."""
+
+
+def _offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes")
+
+
+def resolve_model_path(path: str, key: str) -> str:
+    """``smollm2`` → the converted embedded model; a local folder → itself; a hub name → its downloaded snapshot.
+
+    Args:
+        path: the configured value.
+        key: the config key it came from (named in errors).
+    """
+    if path == EMBEDDED:
+        from agent_system.models.smollm2 import ensure_smollm2
+
+        return ensure_smollm2()
+    expanded = Path(os.path.expanduser(path))
+    if expanded.exists():
+        if not (expanded / "config.json").is_file():
+            raise ModelPathError(f"{key}={path}: the folder has no config.json, so it is not a Hugging Face model")
+        return str(expanded)
+    looks_local = path.startswith(("/", ".", "~")) or path.count("/") != 1
+    if looks_local:
+        raise ModelPathError(f"{key}={path}: no such folder. Point it at a Hugging Face model folder, or use "
+                             f"{key}={EMBEDDED} for the embedded SmolLM2-135M-Instruct")
+    try:
+        from huggingface_hub import snapshot_download
+
+        return snapshot_download(path, local_files_only=_offline())
+    except Exception as error:  # noqa: BLE001 - every hub failure gets the same actionable message
+        raise ModelPathError(
+            f"{key}={path} looks like a Hugging Face hub name, but it is not in the local cache and the hub could "
+            f"not be reached ({type(error).__name__}). Download it on a machine with access "
+            f"(`huggingface-cli download {path} --local-dir DIR`) and set {key}=DIR, or use {key}={EMBEDDED}"
+        ) from None

@@ -1,0 +1,112 @@
+"""The solve → feedback → refine episode over the LL and HL rollout servers, with per-sample concurrency.
+
+Every attempt is its own asyncio task: as soon as an attempt returns, its m feedbacks start; as soon as a feedback
+returns, its refinement starts. Attempts, feedbacks and refinements of different problems therefore overlap
+instead of waiting for a turn-wide barrier. Text is decoded only to build the next prompt (HL and LL may use
+different tokenizers); training rows keep the exact token ids and log-probs the servers returned.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+from agent_system.prompts.templates import PromptBuilder, encode_prompt
+
+
+@dataclass
+class Turn:
+    """One generated turn: prompt and response token ids, the server's log-probs, decoded text."""
+
+    prompt_ids: list[int]
+    response_ids: list[int]
+    log_probs: list[float]
+    text: str
+    truncated: bool  # hit its max_tokens
+    shortened: bool = False  # a quoted attempt/feedback in its prompt was shortened
+
+
+@dataclass
+class Refinement:
+    feedback: Turn
+    refinement: Turn
+
+
+@dataclass
+class Attempt:
+    attempt: Turn
+    refinements: list[Refinement] = field(default_factory=list)
+    no_feedback_refinement: Turn | None = None  # reference refinement for the contrastive HL reward
+
+
+@dataclass
+class Episode:
+    problem_index: int
+    problem: str
+    attempts: list[Attempt]
+
+
+@dataclass
+class EpisodeSettings:
+    n: int  # attempts per problem
+    m: int  # feedbacks per attempt
+    ll_max_tokens: int
+    hl_max_tokens: int
+    max_prompt_tokens: int
+    ll_temperature: float
+    hl_temperature: float
+    with_reference_refinement: bool = False
+
+
+class EpisodeRunner:
+    """Runs episodes for a batch of problems on two policies (anything with an async ``generate``)."""
+
+    def __init__(self, ll: Any, hl: Any, ll_tokenizer: Any, hl_tokenizer: Any, prompts: PromptBuilder) -> None:
+        self.ll, self.hl = ll, hl
+        self.ll_tokenizer, self.hl_tokenizer = ll_tokenizer, hl_tokenizer
+        self.prompts = prompts
+
+    async def _turn(self, policy, tokenizer, text, max_tokens, temperature, max_prompt, what, request_id, shortened):
+        prompt_ids = encode_prompt(tokenizer, text, max_prompt, what)
+        output = await policy.generate(prompt_ids, max_tokens, temperature, request_id)
+        response_ids = list(output.token_ids)
+        return Turn(
+            prompt_ids=prompt_ids,
+            response_ids=response_ids,
+            log_probs=list(output.log_probs or []),
+            text=tokenizer.decode(response_ids, skip_special_tokens=True),
+            truncated=output.extra_fields.get("finish_reason") == "length",
+            shortened=shortened,
+        )
+
+    async def _refinement(self, problem: str, attempt: Turn, s: EpisodeSettings, rid: str) -> Refinement:
+        text, cut = self.prompts.feedback(problem, attempt.text)
+        feedback = await self._turn(self.hl, self.hl_tokenizer, text, s.hl_max_tokens, s.hl_temperature,
+                                    s.max_prompt_tokens, "turn-2 (feedback)", f"{rid}/t2", cut)
+        text, cut = self.prompts.refine(problem, attempt.text, feedback.text)
+        refinement = await self._turn(self.ll, self.ll_tokenizer, text, s.ll_max_tokens, s.ll_temperature,
+                                      s.max_prompt_tokens, "turn-3 (refine)", f"{rid}/t3", cut)
+        return Refinement(feedback, refinement)
+
+    async def _attempt(self, index: int, problem: str, j: int, s: EpisodeSettings) -> Attempt:
+        rid = f"p{index}/a{j}"
+        attempt = await self._turn(self.ll, self.ll_tokenizer, self.prompts.solve(problem), s.ll_max_tokens,
+                                   s.ll_temperature, s.max_prompt_tokens, "turn-1 (solve)", f"{rid}/t1", False)
+        jobs = [self._refinement(problem, attempt, s, f"{rid}/f{k}") for k in range(s.m)]
+        if s.with_reference_refinement:
+            text, cut = self.prompts.refine(problem, attempt.text, None)
+            jobs.append(self._turn(self.ll, self.ll_tokenizer, text, s.ll_max_tokens, s.ll_temperature,
+                                   s.max_prompt_tokens, "turn-3 (no feedback)", f"{rid}/ref", cut))
+        results = await asyncio.gather(*jobs)
+        reference = results[s.m] if s.with_reference_refinement else None
+        return Attempt(attempt, list(results[: s.m]), reference)
+
+    async def run(self, problems: list[str], settings: EpisodeSettings) -> list[Episode]:
+        """All episodes of the batch; each problem gets ``n`` attempts, each attempt ``m`` feedback/refinements."""
+
+        async def episode(i: int, problem: str) -> Episode:
+            attempts = await asyncio.gather(*[self._attempt(i, problem, j, settings) for j in range(settings.n)])
+            return Episode(i, problem, list(attempts))
+
+        return list(await asyncio.gather(*[episode(i, p) for i, p in enumerate(problems)]))

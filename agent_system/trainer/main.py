@@ -1,0 +1,140 @@
+"""Assembly of an MLMT run: config checks, models, data, Ray, the two policy groups, the trainer, the summary.
+
+Called by the Hydra shim ``verl/trainer/main_mlmt.py``:
+
+    python -m verl.trainer.main_mlmt [key=value ...]
+
+The trainer runs in the driver process (it only orchestrates: generation, training and grading run in Ray actors
+and worker processes); Ray is started here unless the process is already connected to a cluster (Slurm scripts
+start one and set ``RAY_ADDRESS``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import pandas as pd
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+logger = logging.getLogger("agent_system")
+
+
+def _setup_logging() -> None:
+    if not logger.handlers and not logging.getLogger().handlers:  # Hydra configures the root logger
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+
+
+def _user_overrides() -> list[str]:
+    from hydra.core.hydra_config import HydraConfig
+
+    return list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
+
+
+def prepare_config(config: DictConfig, user_overrides: list[str]) -> DictConfig:
+    """CPU overlay, model paths resolved to local folders, the default dataset, then validation."""
+    from agent_system import verl_plugin
+    from agent_system.data.default_dataset import ensure_default_dataset
+    from agent_system.models.resolve import resolve_model_path
+    from agent_system.trainer.config import apply_hardware_overlay, validate_config
+
+    if not verl_plugin.LOADED:
+        raise RuntimeError("the MLMT-RL verl plugin did not load; reinstall with `bash scripts/install.sh`")
+    if not verl_plugin.CPU_BACKEND_ACTIVE and not verl_plugin.gpu_visible():
+        raise RuntimeError("no GPU is visible and the CPU backend is not active (VERL_PLATFORM is set to "
+                           f"{os.environ.get('VERL_PLATFORM')!r}); unset VERL_PLATFORM or set VERL_PLATFORM=cpu")
+    config = apply_hardware_overlay(config, user_overrides)
+    with open_dict(config):
+        for key in ("actor_rollout_ref.model.path", "hl.model.path"):
+            OmegaConf.update(config, key, resolve_model_path(OmegaConf.select(config, key), key))
+        config.critic.model.path = config.actor_rollout_ref.model.path
+        config.hl_critic.model.path = config.hl.model.path
+        if not config.data.train_files:
+            dataset = config.mlmt.dataset
+            train, val = ensure_default_dataset(str(Path(config.trainer.default_local_dir) / "data"),
+                                                dataset.n_train, dataset.n_val, dataset.seed)
+            config.data.train_files, config.data.val_files = train, val
+    validate_config(config)
+    return config
+
+
+def _read_frame(path: str | None) -> pd.DataFrame | None:
+    if not path:
+        return None
+    paths = list(path) if not isinstance(path, str) else [path]
+    for p in paths:
+        if not Path(os.path.expanduser(p)).is_file():
+            raise FileNotFoundError(f"data file {p} does not exist (data.train_files / data.val_files)")
+    return pd.concat([pd.read_parquet(os.path.expanduser(p)) for p in paths], ignore_index=True)
+
+
+def build_trainer(config: DictConfig):
+    """Start both policy groups and return an :class:`MLMTTrainer` (Ray must be initialised)."""
+    from transformers import AutoTokenizer
+
+    from agent_system.multi_turn_rollout.episode import EpisodeRunner
+    from agent_system.prompts.templates import PromptBuilder
+    from agent_system.rewards import RewardPool
+    from agent_system.trainer.mlmt_trainer import MLMTTrainer
+    from agent_system.trainer.policy import build_policy_groups
+
+    stages = config.mlmt.stages
+    use_ref = {"ll": any(b > 0 for b in [*stages.beta1, *stages.beta2, *stages.beta_l]),
+               "hl": any(b > 0 for b in stages.beta_h)}
+    groups = build_policy_groups(config, use_ref)
+    for group in groups.values():
+        group.init()
+    tokenizers = {"ll": AutoTokenizer.from_pretrained(config.actor_rollout_ref.model.path),
+                  "hl": AutoTokenizer.from_pretrained(config.hl.model.path)}
+    prompts = PromptBuilder(dict(config.mlmt.prompts.overrides), config.mlmt.prompts.max_attempt_chars)
+    runner = EpisodeRunner(groups["ll"], groups["hl"], tokenizers["ll"], tokenizers["hl"], prompts)
+    pool = RewardPool(config.mlmt.reward.num_workers, config.mlmt.reward.timeout_s)
+    return MLMTTrainer(config, groups, tokenizers, runner, pool, _read_frame(config.data.train_files),
+                       _read_frame(config.data.val_files))
+
+
+def run_mlmt(config: DictConfig) -> dict:
+    """Entry of ``python -m verl.trainer.main_mlmt``: train, then log a short summary."""
+    import ray
+
+    _setup_logging()
+    config = prepare_config(config, _user_overrides())
+    out_dir = Path(config.trainer.default_local_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("TENSORBOARD_DIR", str(out_dir / "tensorboard"))
+    started_ray = not ray.is_initialized()
+    if started_ray:
+        ray_init = OmegaConf.to_container(config.ray_kwargs.ray_init, resolve=True)
+        runtime_env = {k: v for k, v in (ray_init.pop("runtime_env", None) or {}).items() if v is not None}
+        runtime_env.setdefault("env_vars", {}).update(
+            {"TOKENIZERS_PARALLELISM": "false", "VERL_PLATFORM": os.environ.get("VERL_PLATFORM", "")})
+        ray.init(**{k: v for k, v in ray_init.items() if v is not None}, include_dashboard=False,
+                 runtime_env=runtime_env)
+    trainer = None
+    try:
+        trainer = build_trainer(config)
+        summary = trainer.fit()
+    finally:
+        if trainer is not None:
+            trainer.reward_pool.close()
+        if started_ray:
+            ray.shutdown()
+    _log_summary(summary)
+    return summary
+
+
+def _log_summary(summary: dict) -> None:
+    def pick(metrics):
+        if not metrics:
+            return "n/a"
+        return ", ".join(f"{k.split('/')[-1]}={metrics[k]:.3f}" for k in ("val/acc@t1", "val/acc@t3") if k in metrics)
+
+    out = Path(summary["out_dir"])
+    logger.info("MLMT run finished. validation before: %s | after: %s", pick(summary["first_val"]),
+                pick(summary["last_val"]))
+    logger.info("checkpoints: %s | trajectories: %s | tensorboard: %s | plot: %s", out / "checkpoints",
+                out / "trajectories", os.environ.get("TENSORBOARD_DIR"), summary["plot"])

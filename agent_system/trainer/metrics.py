@@ -1,0 +1,83 @@
+"""Episode metrics (SCoRe's names), trajectory records and the end-of-run plot."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+
+logger = logging.getLogger(__name__)
+
+
+def episode_metrics(episodes, scores: dict[str, np.ndarray], prefix: str) -> dict[str, float]:
+    """acc@t1, acc@t3, Δ(t1,t3), Δi→c, Δc→i, lengths and truncation counts of a batch of episodes."""
+    r1, r3 = scores["r1"], scores["r3"]  # (B, n), (B, n, m)
+    first = np.repeat(r1[:, :, None], r3.shape[2], axis=2) > 0.5
+    final = r3 > 0.5
+    attempts = [a for e in episodes for a in e.attempts]
+    feedbacks = [r.feedback for a in attempts for r in a.refinements]
+    refinements = [r.refinement for a in attempts for r in a.refinements]
+    turns = [a.attempt for a in attempts] + feedbacks + refinements
+    metrics = {
+        "acc@t1": float(r1.mean()),
+        "acc@t3": float(r3.mean()),
+        "delta_t1_t3": float(r3.mean() - r1.mean()),
+        "delta_i2c": float((~first & final).mean()),
+        "delta_c2i": float((first & ~final).mean()),
+        "hl_feedback_length": float(np.mean([len(t.response_ids) for t in feedbacks])),
+        "ll_attempt_length": float(np.mean([len(a.attempt.response_ids) for a in attempts])),
+        "ll_refinement_length": float(np.mean([len(t.response_ids) for t in refinements])),
+        "truncated_turns": float(sum(t.truncated for t in turns)),
+        "shortened_prompts": float(sum(t.shortened for t in turns)),
+        "generated_tokens": float(sum(len(t.response_ids) for t in turns)),
+    }
+    if "r_ref" in scores:
+        metrics["acc@t3_no_feedback"] = float(scores["r_ref"].mean())
+    return {f"{prefix}/{k}": v for k, v in metrics.items()}
+
+
+def trajectory_records(problems, episodes, scores) -> list[dict]:
+    """One JSON-able record per (attempt, feedback) pair: problem, attempt, feedback, refinement, R1, R3."""
+    records = []
+    for row, episode in zip(problems, episodes, strict=True):
+        for j, attempt in enumerate(episode.attempts):
+            for k, refinement in enumerate(attempt.refinements):
+                records.append({
+                    "problem": episode.problem,
+                    "ground_truth": str(row["reward_model"]["ground_truth"]),
+                    "attempt": attempt.attempt.text,
+                    "feedback": refinement.feedback.text,
+                    "refinement": refinement.refinement.text,
+                    "R1": float(scores["r1"][episode.problem_index, j]),
+                    "R3": float(scores["r3"][episode.problem_index, j, k]),
+                })
+    return records
+
+
+def plot_history(history: list[dict], path: Path) -> str | None:
+    """PNG of accuracy and flip rates over steps (train and validation)."""
+    if not history:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps = [h["step"] for h in history]
+    fig, (acc_ax, flip_ax) = plt.subplots(1, 2, figsize=(11, 4))
+    for key, style in (("train/acc@t1", "-"), ("train/acc@t3", "-"), ("val/acc@t1", "--o"), ("val/acc@t3", "--o")):
+        points = [(h["step"], h[key]) for h in history if key in h]
+        if points:
+            acc_ax.plot(*zip(*points), style, label=key)
+    acc_ax.set(xlabel="step", ylabel="accuracy", title="Accuracy at turn 1 and turn 3", ylim=(0, 1))
+    acc_ax.legend()
+    for key in ("train/delta_i2c", "train/delta_c2i"):
+        flip_ax.plot(steps, [h.get(key, np.nan) for h in history], label=key)
+    flip_ax.set(xlabel="step", ylabel="fraction of (attempt, refinement) pairs", title="Flips: i→c and c→i")
+    flip_ax.legend()
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return str(path)

@@ -1,0 +1,295 @@
+"""MLMTTrainer: the two-policy training loop (DESIGN.md §5). Its ``fit()`` is the one loop of the project.
+
+One step: sample B problems → LL attempts (n each) → HL feedbacks (m per attempt) → LL refinements → rewards R1/R3
+→ per-turn rewards and advantages per level (verl's estimators, nested groups) → update the level(s) whose turn it
+is ((tH, tL) schedule, LL first; frozen levels never) → sync their weights into their rollout servers → log,
+validate, checkpoint. Rows are built from the exact token ids the servers returned.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from omegaconf import DictConfig, OmegaConf
+from tqdm import tqdm
+from verl import DataProto
+
+from agent_system import verl_compat as vc
+from agent_system.multi_turn_rollout.batch import build_rows
+from agent_system.multi_turn_rollout.episode import Episode, EpisodeRunner, EpisodeSettings
+from agent_system.trainer import advantages as adv
+from agent_system.trainer import state as st
+from agent_system.trainer.metrics import episode_metrics, plot_history, trajectory_records
+from agent_system.trainer.schedule import levels_to_update
+
+logger = logging.getLogger(__name__)
+
+
+class MLMTTrainer:
+    """Owns the two :class:`PolicyGroup` s, the reward pool, the sampler and the tracker."""
+
+    def __init__(self, config: DictConfig, groups: dict, tokenizers: dict, runner: EpisodeRunner,
+                 reward_pool: Any, train_frame, val_frame) -> None:
+        self.config, self.mlmt = config, config.mlmt
+        self.groups, self.tokenizers, self.runner, self.reward_pool = groups, tokenizers, runner, reward_pool
+        self.sampler = st.ProblemSampler(train_frame, config.data.train_batch_size, config.data.seed,
+                                         config.data.shuffle)
+        self.val_frame = val_frame
+        self.out_dir = Path(config.trainer.default_local_dir)
+        self.ckpt_dir = self.out_dir / "checkpoints"
+        self.global_step = 0
+        self.history: list[dict] = []
+        self.probe: DataProto | None = None  # fixed rows whose log-probs prove a resume restored the weights
+        self.tracker = vc.Tracking(project_name=config.trainer.project_name,
+                                   experiment_name=config.trainer.experiment_name,
+                                   default_backend=list(config.trainer.logger),
+                                   config=OmegaConf.to_container(config, resolve=True))
+
+    # ------------------------------------------------------------------------------------------------ the loop
+    def fit(self) -> dict:
+        total = self.config.trainer.total_training_steps
+        self.resume()
+        first_metrics = None
+        if self.config.trainer.val_before_train and self.global_step == 0 and self.val_frame is not None:
+            first_metrics = self.validate()
+            self.tracker.log(first_metrics, step=0)
+        last_val = first_metrics
+        for step in tqdm(range(self.global_step + 1, total + 1), desc="MLMT steps", initial=self.global_step,
+                         total=total, disable=None):
+            self.global_step = step
+            timing: dict[str, float] = {}
+            with _timer(timing, "generate"):
+                problems = self.sampler.next_batch()  # B rows
+                episodes = self.rollout(problems, validate=False)
+            with _timer(timing, "reward"):
+                scores = self.score(problems, episodes)
+            metrics = episode_metrics(episodes, scores, prefix="train")
+            active = levels_to_update(step, self.mlmt.schedule, {k: self.mlmt[k].freeze for k in ("ll", "hl")})
+            stage_index, stage = adv.stage_at(self.mlmt.stages, step)
+            metrics["train/stage_id"] = stage.stage_id
+            for level in active:
+                with _timer(timing, f"update_{level}"):
+                    batch = self.build_level_batch(level, problems, episodes, scores, stage)
+                    metrics.update(self.update_level(level, batch))
+                with _timer(timing, f"sync_{level}"):
+                    self.groups[level].sync_weights(step)
+            metrics.update({f"timing_s/{k}": v for k, v in timing.items()})
+            metrics["perf/generated_tokens_per_s"] = metrics["train/generated_tokens"] / max(timing["generate"], 1e-9)
+            if self._due(self.config.trainer.test_freq, step, total) and self.val_frame is not None:
+                last_val = self.validate()
+                metrics.update(last_val)
+            self.tracker.log(metrics, step=step)
+            self.history.append({"step": step, **metrics})
+            self.write_trajectories(step, problems, episodes, scores)
+            if self._due(self.config.trainer.save_freq, step, total):
+                self.save_checkpoint(stage_index)
+        plot = plot_history(self.history, self.out_dir / "mlmt_progress.png")
+        return {"first_val": first_metrics, "last_val": last_val, "plot": plot, "out_dir": str(self.out_dir)}
+
+    @staticmethod
+    def _due(freq: int, step: int, total: int) -> bool:
+        return freq > 0 and (step % freq == 0 or step == total)
+
+    # ------------------------------------------------------------------------------------------------ phases
+    def rollout(self, problems: list[dict], validate: bool) -> list[Episode]:
+        """Run the three-turn episodes (greedy, n = m = 1 when validating)."""
+        ll_rollout, hl_rollout = self.config.actor_rollout_ref.rollout, self.config.hl.rollout
+        settings = EpisodeSettings(
+            n=1 if validate else self.mlmt.n,
+            m=1 if validate else self.mlmt.m,
+            ll_max_tokens=self.config.data.max_response_length,
+            hl_max_tokens=hl_rollout.response_length,
+            max_prompt_tokens=self.config.data.max_prompt_length,
+            ll_temperature=0.0 if validate else ll_rollout.temperature,
+            hl_temperature=0.0 if validate else hl_rollout.temperature,
+            with_reference_refinement=not validate and self.mlmt.reward.hl_reward == "contrastive",
+        )
+        texts = [row["prompt"][0]["content"] for row in problems]
+        return asyncio.run(self.runner.run(texts, settings))
+
+    def score(self, problems: list[dict], episodes: list[Episode]) -> dict[str, np.ndarray]:
+        """R1 per attempt (B, n), R3 per refinement (B, n, m), R_ref per attempt if contrastive, in worker processes."""
+        items, shape_n, shape_m = [], len(episodes[0].attempts), len(episodes[0].attempts[0].refinements)
+        for row, episode in zip(problems, episodes, strict=True):
+            for attempt in episode.attempts:
+                turns = [attempt.attempt] + [r.refinement for r in attempt.refinements]
+                if attempt.no_feedback_refinement is not None:
+                    turns.append(attempt.no_feedback_refinement)
+                items += [_reward_item(row, t.text) for t in turns]
+        flat = np.array([r["score"] for r in self.reward_pool.score(items)], dtype=np.float64)
+        width = 1 + shape_m + (1 if episodes[0].attempts[0].no_feedback_refinement is not None else 0)
+        grid = flat.reshape(len(episodes), shape_n, width)
+        scores = {"r1": grid[:, :, 0], "r3": grid[:, :, 1 : 1 + shape_m]}
+        if width > 1 + shape_m:
+            scores["r_ref"] = grid[:, :, -1]
+        return scores
+
+    def build_level_batch(self, level: str, problems, episodes: list[Episode], scores, stage) -> DataProto:
+        """Rows of one level with per-turn rewards on the last token and advantages from the level's estimator."""
+        rows = _level_rows(level, episodes)
+        pad = self.tokenizers[level].pad_token_id
+        batch = build_rows(rows["prompts"], rows["responses"], pad, rows["log_probs"],
+                           {"turn": rows["turn"], "problem": rows["problem"]})
+        group = self.groups[level]
+        old_log_probs, entropy = group.compute_log_prob(batch)  # (N, R) each
+        batch.batch["old_log_probs"] = old_log_probs
+        mask = batch.batch["response_mask"].float()
+        kl = np.zeros(len(batch))
+        if group.use_ref:
+            ref = group.compute_ref_log_prob(batch)
+            kl = ((old_log_probs - ref) * mask).sum(-1).numpy()
+        r1 = scores["r1"][rows["problem"], rows["attempt"]]
+        if level == "ll":
+            turn = np.array(rows["turn"])
+            r3 = np.where(turn == 3, scores["r3"][rows["problem"], rows["attempt"], rows["feedback"]], 0.0)
+            rewards = np.where(turn == 1, adv.turn1_rewards(r1, kl, stage), adv.turn3_rewards(r1, r3, kl, stage))
+        else:
+            r3 = scores["r3"][rows["problem"], rows["attempt"], rows["feedback"]]
+            r_ref = scores["r_ref"][rows["problem"], rows["attempt"]] if "r_ref" in scores else None
+            s2 = adv.hl_scores(r1, r3, self.mlmt.reward.hl_reward, stage.alpha, self.mlmt.reward.contrastive_lambda,
+                               r_ref)
+            rewards = s2 - stage.beta_h * kl
+        token_rewards = adv.place_on_last_token(rewards, batch.batch["response_mask"])
+        index = adv.group_keys(rows["problem"], rows["attempt"], rows["turn"], self.mlmt.ll.turn3_group_by)
+        advantages = adv.compute_advantages(self.mlmt[level].adv_estimator, token_rewards,
+                                            batch.batch["response_mask"], index, self.config.algorithm)
+        batch.batch["advantages"] = advantages
+        lengths = mask.sum(-1)
+        batch.meta_info["metrics"] = {
+            f"{level}/reward_mean": float(rewards.mean()),
+            f"{level}/advantage_mean": float((advantages * mask).sum() / mask.sum()),
+            f"{level}/advantage_abs_mean": float((advantages.abs() * mask).sum() / mask.sum()),
+            f"{level}/kl_mean": float(kl.mean()),
+            f"{level}/entropy": float((entropy * mask).sum() / mask.sum()),
+            f"{level}/response_length": float(lengths.mean()),
+            f"{level}/rows": len(batch),
+        }
+        return batch
+
+    def update_level(self, level: str, batch: DataProto) -> dict[str, float]:
+        metrics = dict(batch.meta_info.pop("metrics"))
+        update = self.groups[level].update_actor(batch)
+        metrics.update({f"{level}/{k.removeprefix('actor/')}": v for k, v in update.items()})
+        return metrics
+
+    def validate(self) -> dict[str, float]:
+        """The same three-turn episode and prompts as training, greedy, over the validation set."""
+        size = self.config.data.val_batch_size
+        results = defaultdict(list)
+        for start in range(0, len(self.val_frame), size):
+            problems = [r.to_dict() for _, r in self.val_frame.iloc[start : start + size].iterrows()]
+            episodes = self.rollout(problems, validate=True)
+            for key, value in episode_metrics(episodes, self.score(problems, episodes), prefix="val").items():
+                results[key].append((value, len(problems)))
+        return {k: sum(v * w for v, w in vals) / sum(w for _, w in vals) for k, vals in results.items()}
+
+    # ------------------------------------------------------------------------------------------------ outputs
+    def write_trajectories(self, step: int, problems, episodes: list[Episode], scores) -> None:
+        count = self.mlmt.trajectories_per_step
+        if count <= 0:
+            return
+        path = self.out_dir / "trajectories" / f"step_{step}.jsonl"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("w") as handle:
+            for record in trajectory_records(problems, episodes, scores)[:count]:
+                handle.write(json.dumps(record) + "\n")
+
+    def save_checkpoint(self, stage_index: int) -> None:
+        folder = st.step_dir(self.ckpt_dir, self.global_step)
+        for level, group in self.groups.items():
+            if not self.mlmt[level].freeze:
+                group.save_checkpoint(str(folder / level), self.global_step)
+        st.write_trainer_state(self.ckpt_dir, self.global_step, {
+            "global_step": self.global_step,
+            "sampler": self.sampler.state_dict(),
+            "stage_index": stage_index,
+            "rng": st.rng_state(),
+            "history": self.history,
+            "probe_log_probs": self._probe_log_probs(),
+        })
+        st.mark_latest(self.ckpt_dir, self.global_step)
+        logger.info("checkpoint saved: %s", folder)
+
+    def resume(self) -> None:
+        mode = self.config.trainer.resume_mode
+        if mode == "disable":
+            return
+        step = st.latest_step(self.ckpt_dir)
+        if mode == "resume_path":
+            step = int(Path(self.config.trainer.resume_from_path).name.removeprefix("global_step_"))
+        if step is None:
+            return
+        folder = st.step_dir(self.ckpt_dir, step)
+        for level, group in self.groups.items():
+            if (folder / level).is_dir():
+                group.load_checkpoint(str(folder / level))
+                group.sync_weights(step)
+        saved = st.read_trainer_state(self.ckpt_dir, step)
+        self.global_step = saved["global_step"]
+        self.sampler.load_state_dict(saved["sampler"])
+        self.history = saved["history"]
+        st.set_rng_state(saved["rng"])
+        restored = self._probe_log_probs()
+        gaps = {f"resume/{lv}_logprob_max_abs_diff": float((restored[lv] - saved["probe_log_probs"][lv]).abs().max())
+                for lv in restored}
+        self.tracker.log(gaps, step=step)
+        logger.info("resumed from %s at step %d (%s)", folder, step, gaps)
+
+    def _probe_log_probs(self) -> dict[str, torch.Tensor]:
+        """Log-probs of a fixed token sequence under both actors: equal before save and after load."""
+        result = {}
+        for level, group in self.groups.items():
+            pad = self.tokenizers[level].pad_token_id
+            vocab = min(len(self.tokenizers[level]), 64)
+            probe = build_rows([[1, 2, 3, 4]], [[(5 + i) % vocab for i in range(8)]], pad)
+            result[level], _ = group.compute_log_prob(probe)
+        return result
+
+
+def _reward_item(row: dict, text: str) -> dict:
+    return {"data_source": row["data_source"], "solution_str": text,
+            "ground_truth": row["reward_model"]["ground_truth"], "extra_info": row.get("extra_info") or {}}
+
+
+def _level_rows(level: str, episodes: list[Episode]) -> dict[str, list]:
+    """Flatten episodes into one level's rows: LL = turn-1 + turn-3 rows, HL = turn-2 rows."""
+    rows = defaultdict(list)
+
+    def add(turn, number, i, j, k):
+        rows["prompts"].append(turn.prompt_ids)
+        rows["responses"].append(turn.response_ids or [0])
+        rows["log_probs"].append(turn.log_probs or [0.0])
+        rows["turn"].append(number)
+        rows["problem"].append(i)
+        rows["attempt"].append(j)
+        rows["feedback"].append(k)
+
+    for episode in episodes:
+        for j, attempt in enumerate(episode.attempts):
+            if level == "ll":
+                add(attempt.attempt, 1, episode.problem_index, j, 0)
+            for k, refinement in enumerate(attempt.refinements):
+                if level == "ll":
+                    add(refinement.refinement, 3, episode.problem_index, j, k)
+                else:
+                    add(refinement.feedback, 2, episode.problem_index, j, k)
+    return rows
+
+
+class _timer:
+    def __init__(self, sink: dict, name: str) -> None:
+        self.sink, self.name = sink, name
+
+    def __enter__(self):
+        self.start = time.perf_counter()
+
+    def __exit__(self, *exc):
+        self.sink[self.name] = self.sink.get(self.name, 0.0) + time.perf_counter() - self.start

@@ -1,0 +1,93 @@
+"""Resumable pieces of the trainer: a seeded problem sampler and atomic checkpoint bookkeeping.
+
+Checkpoint layout under ``<trainer.default_local_dir>/checkpoints``::
+
+    global_step_N/ll/            LL actor (verl FSDP checkpoint: model, optimizer, HF config)
+    global_step_N/hl/            HL actor
+    global_step_N/trainer_state.pt   step, sampler position, stage, RNG states, probe log-probs
+    latest_checkpointed_iteration.txt  N, written (tmp + rename) only after everything above is complete
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+
+LATEST = "latest_checkpointed_iteration.txt"
+
+
+class ProblemSampler:
+    """Shuffled, seeded, resumable batches of dataset rows (epoch-wise permutations)."""
+
+    def __init__(self, frame: pd.DataFrame, batch_size: int, seed: int, shuffle: bool = True) -> None:
+        if len(frame) < batch_size:
+            raise ValueError(f"the dataset has {len(frame)} rows, fewer than data.train_batch_size={batch_size}")
+        self.frame, self.batch_size, self.seed, self.shuffle = frame, batch_size, seed, shuffle
+        self.epoch, self.position = 0, 0
+
+    def _order(self) -> np.ndarray:
+        if not self.shuffle:
+            return np.arange(len(self.frame))
+        return np.random.default_rng(self.seed + self.epoch).permutation(len(self.frame))
+
+    def next_batch(self) -> list[dict]:
+        if self.position + self.batch_size > len(self.frame):
+            self.epoch, self.position = self.epoch + 1, 0
+        rows = self._order()[self.position : self.position + self.batch_size]
+        self.position += self.batch_size
+        return [self.frame.iloc[int(i)].to_dict() for i in rows]
+
+    def state_dict(self) -> dict:
+        return {"epoch": self.epoch, "position": self.position}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.epoch, self.position = state["epoch"], state["position"]
+
+
+def rng_state() -> dict:
+    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+
+
+def set_rng_state(state: dict) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+
+
+def step_dir(root: str | os.PathLike, step: int) -> Path:
+    return Path(root) / f"global_step_{step}"
+
+
+def latest_step(root: str | os.PathLike) -> int | None:
+    """The step of the latest complete checkpoint, or None."""
+    pointer = Path(root) / LATEST
+    if not pointer.is_file():
+        return None
+    step = int(pointer.read_text().strip())
+    if not (step_dir(root, step) / "trainer_state.pt").is_file():
+        raise FileNotFoundError(f"{pointer} names step {step}, but {step_dir(root, step)} is incomplete")
+    return step
+
+
+def write_trainer_state(root: str | os.PathLike, step: int, state: dict) -> None:
+    path = step_dir(root, step) / "trainer_state.pt"
+    tmp = path.with_suffix(".tmp")
+    torch.save(state, tmp)
+    os.replace(tmp, path)
+
+
+def read_trainer_state(root: str | os.PathLike, step: int) -> dict:
+    return torch.load(step_dir(root, step) / "trainer_state.pt", weights_only=False)
+
+
+def mark_latest(root: str | os.PathLike, step: int) -> None:
+    """Point ``latest`` at ``step``; called last, so a crash mid-save leaves the previous pointer intact."""
+    pointer = Path(root) / LATEST
+    tmp = pointer.with_suffix(".tmp")
+    tmp.write_text(f"{step}\n")
+    os.replace(tmp, pointer)

