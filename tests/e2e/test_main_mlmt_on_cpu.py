@@ -1,0 +1,104 @@
+"""End to end: `python -m verl.trainer.main_mlmt` on CPU with tiny models (issue 3).
+
+* 2 steps, n = 2 attempts, m = 2 feedbacks, GRPO at both levels, (tH, tL) = (1, 1): step 1 trains the LL, step 2
+  the HL; checkpoints, trajectories and the plot are written.
+* Resume: run to a checkpoint, kill the whole process tree hard during the next step, resume: training continues
+  at the next step and both models' log-probs on a probe equal those saved with the checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+pytestmark = pytest.mark.e2e
+
+
+def _command(tiny_models, out_dir: Path, *extra: str) -> list[str]:
+    return [
+        sys.executable, "-m", "verl.trainer.main_mlmt",
+        f"actor_rollout_ref.model.path={tiny_models['ll']}", f"hl.model.path={tiny_models['hl']}",
+        f"trainer.default_local_dir={out_dir}", "trainer.logger=[console]",
+        "data.train_batch_size=2", "data.max_response_length=12", "hl.rollout.response_length=10",
+        "mlmt.n=2", "mlmt.m=2", "mlmt.ll.adv_estimator=grpo", "mlmt.hl.adv_estimator=grpo",
+        "mlmt.dataset.n_train=16", "mlmt.dataset.n_val=2", "mlmt.reward.num_workers=1",
+        "actor_rollout_ref.actor.optim.lr=1e-3", "hl.actor.optim.lr=1e-3",
+        *extra,
+    ]
+
+
+def _env() -> dict:
+    return {**os.environ, "RAY_AUTH_MODE": "disabled", "HYDRA_FULL_ERROR": "1"}
+
+
+def test_two_steps_grpo_both_levels(tiny_models, tmp_path):
+    out = tmp_path / "run"
+    cmd = _command(tiny_models, out, "trainer.total_training_steps=2", "trainer.save_freq=2", "trainer.test_freq=2")
+    result = subprocess.run(cmd, cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=600)
+    log = result.stdout + result.stderr
+    assert result.returncode == 0, log[-5000:]
+    step1 = re.search(r"^step:1 .*$", log, re.M).group(0)
+    step2 = re.search(r"^step:2 .*$", log, re.M).group(0)
+    assert "ll/pg_loss" in step1 and "hl/pg_loss" not in step1
+    assert "hl/pg_loss" in step2 and "ll/pg_loss" not in step2
+    assert "ll/rows:12" in step1  # B·n turn-1 rows + B·n·m turn-3 rows = 4 + 8
+    assert "hl/rows:8" in step2  # B·n·m feedbacks
+    assert "val/acc@t3" in step2
+    ckpt = out / "checkpoints"
+    assert (ckpt / "latest_checkpointed_iteration.txt").read_text().strip() == "2"
+    assert (ckpt / "global_step_2" / "ll").is_dir() and (ckpt / "global_step_2" / "hl").is_dir()
+    records = [json.loads(line) for line in (out / "trajectories" / "step_2.jsonl").read_text().splitlines()]
+    assert records and {"problem", "attempt", "feedback", "refinement", "R1", "R3"} <= set(records[0])
+    assert (out / "mlmt_progress.png").stat().st_size > 1000
+
+
+def _kill_tree(process: subprocess.Popen) -> None:
+    try:
+        children = psutil.Process(process.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        children = []
+    for proc in [psutil.Process(process.pid), *children] if process.poll() is None else children:
+        try:
+            proc.send_signal(signal.SIGKILL)
+        except psutil.NoSuchProcess:
+            pass
+    process.wait(timeout=30)
+    psutil.wait_procs(children, timeout=30)
+
+
+def test_resume_after_hard_kill(tiny_models, tmp_path):
+    out = tmp_path / "run"
+    cmd = _command(tiny_models, out, "trainer.total_training_steps=3", "trainer.save_freq=1", "trainer.test_freq=-1",
+                   "trainer.val_before_train=false")
+    log_path = tmp_path / "first.log"
+    with log_path.open("w") as log_file:
+        process = subprocess.Popen(cmd, cwd=tmp_path, env=_env(), stdout=log_file, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.time() + 600
+            while "global_step_1" not in log_path.read_text() or "checkpoint saved" not in log_path.read_text():
+                assert process.poll() is None, log_path.read_text()[-4000:]
+                assert time.time() < deadline, "no checkpoint within 10 minutes"
+                time.sleep(0.2)
+        finally:
+            _kill_tree(process)  # hard kill during step 2
+    assert (out / "checkpoints" / "latest_checkpointed_iteration.txt").read_text().strip() == "1"
+
+    result = subprocess.run(cmd, cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=600)
+    log = result.stdout + result.stderr
+    assert result.returncode == 0, log[-5000:]
+    assert re.search(r"resumed from .*global_step_1 at step 1", log), log[-3000:]
+    gaps = re.findall(r"resume/(ll|hl)_logprob_max_abs_diff:([0-9.e-]+)", log)
+    assert {level for level, _ in gaps} == {"ll", "hl"}, log[-3000:]
+    assert all(float(value) == 0.0 for _, value in gaps), gaps
+    assert not re.search(r"^step:1 ", log, re.M), "step 1 was trained again after resuming"
+    assert re.search(r"^step:2 ", log, re.M) and re.search(r"^step:3 ", log, re.M)
+    assert (out / "checkpoints" / "latest_checkpointed_iteration.txt").read_text().strip() == "3"
