@@ -44,6 +44,8 @@ class _CPUDeviceModule(types.ModuleType):
             "ipc_collect": _noop,
             "set_device": _noop,
             "manual_seed": torch.manual_seed,
+            "get_rng_state": lambda *_a, **_k: torch.get_rng_state(),
+            "set_rng_state": lambda state, *_a, **_k: torch.set_rng_state(state),
             "manual_seed_all": torch.manual_seed,
             "get_device_name": lambda *_a, **_k: "cpu",
             "mem_get_info": lambda *_a, **_k: (0, 0),

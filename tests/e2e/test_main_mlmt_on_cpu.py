@@ -99,6 +99,6 @@ def test_resume_after_hard_kill(tiny_models, tmp_path):
     gaps = re.findall(r"resume/(ll|hl)_logprob_max_abs_diff:([0-9.e-]+)", log)
     assert {level for level, _ in gaps} == {"ll", "hl"}, log[-3000:]
     assert all(float(value) == 0.0 for _, value in gaps), gaps
-    assert not re.search(r"^step:1 ", log, re.M), "step 1 was trained again after resuming"
+    assert not re.search(r"^step:1 - train/", log, re.M), "step 1 was trained again after resuming"
     assert re.search(r"^step:2 ", log, re.M) and re.search(r"^step:3 ", log, re.M)
     assert (out / "checkpoints" / "latest_checkpointed_iteration.txt").read_text().strip() == "3"

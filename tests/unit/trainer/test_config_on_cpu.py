@@ -1,0 +1,134 @@
+"""Trainer config: Hydra composition over verl's ppo_trainer, the CPU overlay, per-level views, validation."""
+
+import copy
+
+import pytest
+from omegaconf import OmegaConf
+
+from agent_system import verl_plugin
+from agent_system.trainer.config import ConfigError, compose_config, level_view, validate_config
+
+OVERRIDES = [
+    "hl.actor.optim.lr=5e-7",
+    "actor_rollout_ref.rollout.dtype=bfloat16",
+    "hl.model.path=/models/hl-writer",
+    "hl.actor.ppo_max_token_len_per_gpu=2048",
+]
+
+
+@pytest.fixture(scope="module")
+def config():
+    return compose_config(OVERRIDES)
+
+
+@pytest.fixture
+def cfg(config):
+    """A private copy to break."""
+    return copy.deepcopy(config)
+
+
+def test_both_subtrees_carry_verls_keys(config):
+    for name in ("actor_rollout_ref", "hl"):
+        policy = config[name]
+        for key in ("actor", "ref", "rollout", "model"):
+            assert key in policy, f"{name}.{key}"
+        # a few of verl's own defaults, not set by mlmt_trainer.yaml
+        assert "clip_ratio" in policy.actor and "ppo_epochs" in policy.actor
+        assert "top_p" in policy.rollout
+    assert "hl_critic" in config and "critic" in config and "algorithm" in config
+
+
+def test_hl_override_leaves_the_ll_alone(config):
+    assert config.hl.actor.optim.lr == 5e-7
+    assert config.actor_rollout_ref.actor.optim.lr == 1e-6
+    assert config.hl.model.path == "/models/hl-writer"
+    assert config.actor_rollout_ref.model.path == "smollm2"
+
+
+def test_cpu_overlay_is_applied_on_this_machine(config):
+    assert verl_plugin.CPU_BACKEND_ACTIVE, "this test file expects the CPU backend (no GPU)"
+    assert config.actor_rollout_ref.rollout.name == "hf"
+    assert config.hl.rollout.name == "hf"
+    assert config.trainer.device == "cpu"
+    assert config.hl.rollout.dtype == "float32"
+    assert config.actor_rollout_ref.model.use_remove_padding is False
+
+
+def test_user_override_beats_the_overlay(config):
+    assert config.actor_rollout_ref.rollout.dtype == "bfloat16"  # the overlay says float32
+
+
+def test_composed_config_is_valid(config):
+    validate_config(config)
+
+
+def test_ll_view_is_the_config_itself(config):
+    assert level_view(config, "ll") is config
+
+
+def test_hl_view_puts_the_hl_at_actor_rollout_ref(config):
+    view = level_view(config, "hl")
+    assert view.actor_rollout_ref.model.path == config.hl.model.path == "/models/hl-writer"
+    assert view.actor_rollout_ref.actor.optim.lr == 5e-7
+    assert view.actor_rollout_ref.rollout.response_length == 128  # the HL's, not verl's default
+    assert view.critic.model.path == "/models/hl-writer"  # hl_critic.model.path = ${hl.model.path}
+    # verl's interpolations to actor_rollout_ref.* now resolve against the HL's values
+    assert view.actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu == 2048
+    assert view.actor_rollout_ref.rollout.prompt_length == config.data.max_prompt_length
+    # the original is untouched
+    assert config.actor_rollout_ref.model.path == "smollm2"
+    assert config.actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu == 4096
+
+
+def test_unknown_level_view_raises(config):
+    with pytest.raises(ValueError, match="level"):
+        level_view(config, "mid")
+
+
+@pytest.mark.parametrize(
+    ("changes", "key"),
+    [
+        ({"mlmt.n": 0}, "mlmt.n"),
+        ({"mlmt.hl.adv_estimator": "grpo", "mlmt.m": 1}, "mlmt.m"),
+        ({"mlmt.hl.adv_estimator": "rloo", "mlmt.m": 1}, "mlmt.hl.adv_estimator"),
+        ({"mlmt.ll.adv_estimator": "ppo2"}, "mlmt.ll.adv_estimator"),
+        ({"mlmt.hl.adv_estimator": "dpo"}, "mlmt.hl.adv_estimator"),
+        ({"mlmt.stages.beta1": [0.0, 0.1]}, "mlmt.stages.beta1"),
+        (
+            {f"mlmt.stages.{k}": [0.0, 0.0] for k in ("beta1", "beta2", "beta_l", "beta_h")}
+            | {"mlmt.stages.schedule": [0, 50], "mlmt.stages.stage_ids": [1, 2]},  # alpha stays [0.0]
+            "mlmt.stages.alpha",
+        ),
+        ({"mlmt.ll.freeze": True, "mlmt.hl.freeze": True}, "mlmt.ll.freeze"),
+        ({"mlmt.placement": "sideways"}, "mlmt.placement"),
+        ({"mlmt.reward.hl_reward": "r4"}, "mlmt.reward.hl_reward"),
+        ({"mlmt.ll.turn3_group_by": "feedback"}, "mlmt.ll.turn3_group_by"),
+        ({"mlmt.schedule.tH": 0, "mlmt.schedule.tL": 0}, "mlmt.schedule"),
+        ({"hl.rollout.name": "trt"}, "hl.rollout.name"),
+    ],
+)
+def test_validate_rejects_with_the_key_named(cfg, changes, key):
+    for path, value in changes.items():
+        OmegaConf.update(cfg, path, value)
+    with pytest.raises(ConfigError) as error:
+        validate_config(cfg)
+    assert key in str(error.value)
+
+
+def test_hl_reinforce_is_fine_with_one_feedback(cfg):
+    OmegaConf.update(cfg, "mlmt.m", 1)
+    OmegaConf.update(cfg, "mlmt.hl.adv_estimator", "reinforce")
+    validate_config(cfg)
+
+
+def test_one_frozen_level_is_fine(cfg):
+    OmegaConf.update(cfg, "mlmt.hl.freeze", True)
+    validate_config(cfg)
+
+
+def test_two_stage_schedule_is_fine(cfg):
+    for key in ("beta1", "beta2", "beta_l", "beta_h", "alpha"):
+        OmegaConf.update(cfg, f"mlmt.stages.{key}", [0.0, 0.1])
+    OmegaConf.update(cfg, "mlmt.stages.schedule", [0, 50])
+    OmegaConf.update(cfg, "mlmt.stages.stage_ids", [1, 2])
+    validate_config(cfg)
