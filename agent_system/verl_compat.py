@@ -10,7 +10,9 @@ Two kinds of things live here:
 
   1. register the FSDP/FSDP2 LM-head and value-head engines for device ``cpu`` in ``EngineRegistry``;
   2. collapse the process-group backend ``"cpu:gloo,cpu:gloo"`` (which torch rejects as a duplicate) to ``"gloo"``;
-  3. build FSDP2 ``CPUOffloadPolicy`` without pinned memory (pinning needs an accelerator).
+  3. build FSDP2 ``CPUOffloadPolicy`` without pinned memory (pinning needs an accelerator);
+  4. load value-head (critic) models with SDPA attention: ``verl.utils.model.load_valuehead_model`` hard-codes
+     ``flash_attention_2``, which needs CUDA.
 
   They are applied after the target module is first imported (an import hook), never by editing verl's files.
 """
@@ -57,6 +59,8 @@ _LAZY_NAMES: dict[str, tuple[str, str]] = {
     "left_right_2_no_padding": ("verl.workers.utils.padding", "left_right_2_no_padding"),
     "no_padding_2_padding": ("verl.workers.utils.padding", "no_padding_2_padding"),
     "compute_position_id_with_mask": ("verl.utils.model", "compute_position_id_with_mask"),
+    "TrainingWorkerConfig": ("verl.workers.engine_workers", "TrainingWorkerConfig"),
+    "value_loss": ("verl.workers.utils.losses", "value_loss"),
 }
 
 __all__ = ["VERL_VERSION", "after_import", "apply_cpu_adjustments", "register_hf_rollout", *_LAZY_NAMES]
@@ -157,9 +161,7 @@ def register_hf_rollout() -> None:
 
 def _register_cpu_engines(module: ModuleType) -> None:
     registry = importlib.import_module("verl.workers.engine.base").EngineRegistry
-    registry.register(model_type="language_model", backend=["fsdp", "fsdp2"], device="cpu")(
-        module.FSDPEngineWithLMHead
-    )
+    registry.register(model_type="language_model", backend=["fsdp", "fsdp2"], device="cpu")(module.FSDPEngineWithLMHead)
     registry.register(model_type="value_model", backend=["fsdp", "fsdp2"], device="cpu")(module.FSDPEngineWithValueHead)
 
     offload_policy_cls = module.CPUOffloadPolicy
@@ -184,10 +186,23 @@ def _wrap_process_group_init(module: ModuleType) -> None:
     module.initialize_global_process_group_ray = initialize_global_process_group_ray
 
 
+def _sdpa_value_head_loader(module: ModuleType) -> None:
+    def load_valuehead_model(local_path: str, torch_dtype: Any, model_config: Any, trust_remote_code: bool) -> Any:
+        from transformers import AutoModelForTokenClassification
+
+        return AutoModelForTokenClassification.from_pretrained(
+            local_path, torch_dtype=torch_dtype, config=model_config, attn_implementation="sdpa",
+            trust_remote_code=trust_remote_code,
+        )
+
+    module.load_valuehead_model = load_valuehead_model
+
+
 def apply_cpu_adjustments() -> None:
     """Apply the CPU adjustments listed in the module docstring (idempotent per process)."""
     after_import("verl.workers.engine.fsdp.transformer_impl", _register_cpu_engines)
     after_import("verl.workers.engine_workers", _wrap_process_group_init)
+    after_import("verl.utils.model", _sdpa_value_head_loader)
 
 
 def platform_already_resolved() -> str | None:

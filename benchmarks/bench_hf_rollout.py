@@ -200,7 +200,7 @@ class Bench:
         )
         for name, value in median.items():
             cpu = (
-                "n/a (other process)"
+                f"{'n/a (other process)':>25}"
                 if "Ray" in name
                 else f"{cpu_median[name]:>12.1f}{cpu_median[name] / cpu_base:>13.3f}"
             )

@@ -52,7 +52,9 @@ def _server_init_args(config: Any, model_config: Any, replica_rank: int) -> dict
     except OSError:
         logger.debug("no generation_config.json in %s", path)
     if not eos:
-        raise ValueError(f"rollout.name=hf: the tokenizer at {tokenizer_path} has no eos token; generation could not stop")
+        raise ValueError(
+            f"rollout.name=hf: the tokenizer at {tokenizer_path} has no eos token; generation could not stop"
+        )
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(eos)
     max_model_len = config.max_model_len or (config.prompt_length + config.response_length)
     return {

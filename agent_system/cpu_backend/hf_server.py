@@ -29,8 +29,14 @@ from transformers.generation.logits_process import TopKLogitsWarper, TopPLogitsW
 
 logger = logging.getLogger(__name__)
 
-_DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
-           "float16": torch.float16, "fp16": torch.float16}
+_DTYPES = {
+    "float32": torch.float32,
+    "fp32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+    "float16": torch.float16,
+    "fp16": torch.float16,
+}
 
 
 @dataclass(frozen=True)
@@ -197,7 +203,7 @@ class HFRolloutServer:
             max_new_tokens=max(r.max_tokens for r in batch),
             do_sample=do_sample,
             temperature=1.0,
-            top_k=None,
+            top_k=0,  # None would fall back to transformers' default top-k of 50
             top_p=1.0,
             eos_token_id=self.eos_token_ids,
             pad_token_id=self.pad_token_id,

@@ -34,8 +34,10 @@ def resolve_model_path(path: str, key: str) -> str:
         return str(expanded)
     looks_local = path.startswith(("/", ".", "~")) or path.count("/") != 1
     if looks_local:
-        raise ModelPathError(f"{key}={path}: no such folder. Point it at a Hugging Face model folder, or use "
-                             f"{key}={EMBEDDED} for the embedded SmolLM2-135M-Instruct")
+        raise ModelPathError(
+            f"{key}={path}: no such folder. Point it at a Hugging Face model folder, or use "
+            f"{key}={EMBEDDED} for the embedded SmolLM2-135M-Instruct"
+        )
     try:
         from huggingface_hub import snapshot_download
 

@@ -53,9 +53,9 @@ class PromptBuilder:
         """Keep the head and the tail of an over-long quote (the final answer is usually at the end)."""
         if len(text) <= self.max_quote_chars:
             return text, False
-        keep = self.max_quote_chars // 2
+        keep = max(self.max_quote_chars // 2, 1)
         omitted = len(text) - 2 * keep
-        return text[:keep] + ELISION.format(n=omitted) + text[-keep:], True
+        return text[:keep] + ELISION.format(n=omitted) + text[len(text) - keep :], True
 
     def solve(self, problem: str) -> str:
         return self.template("solve").format(problem=problem)

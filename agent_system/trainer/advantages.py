@@ -119,11 +119,32 @@ def compute_reinforce_outcome_advantage(
 
 
 def compute_advantages(
-    estimator: str, token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index: np.ndarray, config
-) -> torch.Tensor:
-    """Advantages (B, R) from verl's registered estimator ``estimator`` (grpo, rloo, reinforce_plus_plus, ...)."""
+    estimator: str,
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: np.ndarray,
+    config,
+    values: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Advantages and returns, each (B, R), from verl's registered estimator ``estimator``.
+
+    ``gae`` (PPO) needs the critic's ``values`` (B, R); the others are critic-free. ``config`` is verl's
+    ``algorithm`` section (gamma, lam, norm_adv_by_std_in_grpo).
+    """
     fn = core_algos.get_adv_estimator_fn(estimator)
-    advantages, _returns = fn(
-        token_level_rewards=token_level_rewards, response_mask=response_mask, index=index, config=config
+    if estimator == "gae":
+        if values is None:
+            raise ValueError("adv_estimator=gae needs the critic's values")
+        return fn(
+            token_level_rewards=token_level_rewards,
+            values=values,
+            response_mask=response_mask,
+            gamma=config.gamma,
+            lam=config.lam,
+        )
+    kwargs = {}
+    if estimator == "grpo":  # verl reads this flag from the argument only, not from config
+        kwargs["norm_adv_by_std_in_grpo"] = bool(config.get("norm_adv_by_std_in_grpo", True))
+    return fn(
+        token_level_rewards=token_level_rewards, response_mask=response_mask, index=index, config=config, **kwargs
     )
-    return advantages

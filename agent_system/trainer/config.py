@@ -78,8 +78,11 @@ def validate_config(config: DictConfig) -> None:
         estimator = mlmt[level].adv_estimator
         if estimator not in ESTIMATORS:
             raise ConfigError(f"mlmt.{level}.adv_estimator={estimator!r}: choose one of {ESTIMATORS}")
-    if mlmt.ll.adv_estimator in ("grpo", "rloo") and mlmt.n < 2 and mlmt.ll.turn3_group_by == "problem" and mlmt.m < 2:
-        raise ConfigError("mlmt.ll.adv_estimator=grpo/rloo needs groups of 2+: set mlmt.n >= 2 (or mlmt.m >= 2)")
+    if mlmt.ll.adv_estimator in ("grpo", "rloo") and mlmt.n < 2:
+        raise ConfigError(
+            f"mlmt.ll.adv_estimator={mlmt.ll.adv_estimator} groups the n attempts on one problem: set mlmt.n >= 2 "
+            "or use reinforce / reinforce_plus_plus / gae for the LL"
+        )
     if mlmt.hl.adv_estimator in ("grpo", "rloo") and mlmt.m < 2:
         raise ConfigError(
             f"mlmt.hl.adv_estimator={mlmt.hl.adv_estimator} groups the m feedbacks on one attempt: set mlmt.m >= 2 "
@@ -91,13 +94,23 @@ def validate_config(config: DictConfig) -> None:
         raise ConfigError("mlmt.ll.turn3_group_by=attempt groups the m refinements of one attempt: set mlmt.m >= 2")
     if mlmt.reward.hl_reward not in HL_REWARDS:
         raise ConfigError(f"mlmt.reward.hl_reward={mlmt.reward.hl_reward!r}: choose one of {HL_REWARDS}")
+    from agent_system.prompts.templates import TEMPLATES
+
+    unknown = set(mlmt.prompts.overrides) - set(TEMPLATES)
+    if unknown:
+        raise ConfigError(f"mlmt.prompts.overrides: unknown template(s) {sorted(unknown)}; known: {sorted(TEMPLATES)}")
+    if mlmt.prompts.max_attempt_chars < 200:
+        raise ConfigError(f"mlmt.prompts.max_attempt_chars={mlmt.prompts.max_attempt_chars}: use at least 200")
+    if mlmt.reward.confidence_lambda < 0 or mlmt.reward.confidence_clip <= 0:
+        raise ConfigError("mlmt.reward.confidence_lambda must be >= 0 and mlmt.reward.confidence_clip > 0")
     if mlmt.placement not in ("split", "colocated"):
         raise ConfigError(f"mlmt.placement={mlmt.placement!r}: choose split or colocated")
     if mlmt.ll.freeze and mlmt.hl.freeze:
         raise ConfigError("mlmt.ll.freeze and mlmt.hl.freeze are both true: nothing would be trained")
     if mlmt.schedule.tH < 0 or mlmt.schedule.tL < 0 or mlmt.schedule.tH + mlmt.schedule.tL == 0:
-        raise ConfigError(f"mlmt.schedule: tH and tL must be >= 0 and not both 0 (got {mlmt.schedule.tH}, "
-                          f"{mlmt.schedule.tL})")
+        raise ConfigError(
+            f"mlmt.schedule: tH and tL must be >= 0 and not both 0 (got {mlmt.schedule.tH}, {mlmt.schedule.tL})"
+        )
     stages = mlmt.stages
     count = len(stages.schedule)
     for key in ("beta1", "beta2", "beta_l", "beta_h", "alpha", "stage_ids"):

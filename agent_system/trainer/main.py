@@ -45,8 +45,10 @@ def prepare_config(config: DictConfig, user_overrides: list[str]) -> DictConfig:
     if not verl_plugin.LOADED:
         raise RuntimeError("the MLMT-RL verl plugin did not load; reinstall with `bash scripts/install.sh`")
     if not verl_plugin.CPU_BACKEND_ACTIVE and not verl_plugin.gpu_visible():
-        raise RuntimeError("no GPU is visible and the CPU backend is not active (VERL_PLATFORM is set to "
-                           f"{os.environ.get('VERL_PLATFORM')!r}); unset VERL_PLATFORM or set VERL_PLATFORM=cpu")
+        raise RuntimeError(
+            "no GPU is visible and the CPU backend is not active (VERL_PLATFORM is set to "
+            f"{os.environ.get('VERL_PLATFORM')!r}); unset VERL_PLATFORM or set VERL_PLATFORM=cpu"
+        )
     config = apply_hardware_overlay(config, user_overrides)
     with open_dict(config):
         for key in ("actor_rollout_ref.model.path", "hl.model.path"):
@@ -55,8 +57,9 @@ def prepare_config(config: DictConfig, user_overrides: list[str]) -> DictConfig:
         config.hl_critic.model.path = config.hl.model.path
         if not config.data.train_files:
             dataset = config.mlmt.dataset
-            train, val = ensure_default_dataset(str(Path(config.trainer.default_local_dir) / "data"),
-                                                dataset.n_train, dataset.n_val, dataset.seed)
+            train, val = ensure_default_dataset(
+                str(Path(config.trainer.default_local_dir) / "data"), dataset.n_train, dataset.n_val, dataset.seed
+            )
             config.data.train_files, config.data.val_files = train, val
     validate_config(config)
     return config
@@ -79,22 +82,40 @@ def build_trainer(config: DictConfig):
     from agent_system.multi_turn_rollout.episode import EpisodeRunner
     from agent_system.prompts.templates import PromptBuilder
     from agent_system.rewards import RewardPool
+    from agent_system.trainer.critic import CriticGroup
     from agent_system.trainer.mlmt_trainer import MLMTTrainer
     from agent_system.trainer.policy import build_policy_groups
 
     stages = config.mlmt.stages
-    use_ref = {"ll": any(b > 0 for b in [*stages.beta1, *stages.beta2, *stages.beta_l]),
-               "hl": any(b > 0 for b in stages.beta_h)}
+    use_ref = {
+        "ll": any(b > 0 for b in [*stages.beta1, *stages.beta2, *stages.beta_l]),
+        "hl": any(b > 0 for b in stages.beta_h),
+    }
     groups = build_policy_groups(config, use_ref)
-    for group in groups.values():
-        group.init()
-    tokenizers = {"ll": AutoTokenizer.from_pretrained(config.actor_rollout_ref.model.path),
-                  "hl": AutoTokenizer.from_pretrained(config.hl.model.path)}
+    critics = {
+        level: CriticGroup(level, group.view)
+        for level, group in groups.items()
+        if config.mlmt[level].adv_estimator == "gae"
+    }
+    for worker in [*groups.values(), *critics.values()]:
+        worker.init()
+    tokenizers = {
+        "ll": AutoTokenizer.from_pretrained(config.actor_rollout_ref.model.path),
+        "hl": AutoTokenizer.from_pretrained(config.hl.model.path),
+    }
     prompts = PromptBuilder(dict(config.mlmt.prompts.overrides), config.mlmt.prompts.max_attempt_chars)
     runner = EpisodeRunner(groups["ll"], groups["hl"], tokenizers["ll"], tokenizers["hl"], prompts)
     pool = RewardPool(config.mlmt.reward.num_workers, config.mlmt.reward.timeout_s)
-    return MLMTTrainer(config, groups, tokenizers, runner, pool, _read_frame(config.data.train_files),
-                       _read_frame(config.data.val_files))
+    return MLMTTrainer(
+        config,
+        groups,
+        critics,
+        tokenizers,
+        runner,
+        pool,
+        _read_frame(config.data.train_files),
+        _read_frame(config.data.val_files),
+    )
 
 
 def run_mlmt(config: DictConfig) -> dict:
@@ -111,9 +132,11 @@ def run_mlmt(config: DictConfig) -> dict:
         ray_init = OmegaConf.to_container(config.ray_kwargs.ray_init, resolve=True)
         runtime_env = {k: v for k, v in (ray_init.pop("runtime_env", None) or {}).items() if v is not None}
         runtime_env.setdefault("env_vars", {}).update(
-            {"TOKENIZERS_PARALLELISM": "false", "VERL_PLATFORM": os.environ.get("VERL_PLATFORM", "")})
-        ray.init(**{k: v for k, v in ray_init.items() if v is not None}, include_dashboard=False,
-                 runtime_env=runtime_env)
+            {"TOKENIZERS_PARALLELISM": "false", "VERL_PLATFORM": os.environ.get("VERL_PLATFORM", "")}
+        )
+        ray.init(
+            **{k: v for k, v in ray_init.items() if v is not None}, include_dashboard=False, runtime_env=runtime_env
+        )
     trainer = None
     try:
         trainer = build_trainer(config)
@@ -134,7 +157,13 @@ def _log_summary(summary: dict) -> None:
         return ", ".join(f"{k.split('/')[-1]}={metrics[k]:.3f}" for k in ("val/acc@t1", "val/acc@t3") if k in metrics)
 
     out = Path(summary["out_dir"])
-    logger.info("MLMT run finished. validation before: %s | after: %s", pick(summary["first_val"]),
-                pick(summary["last_val"]))
-    logger.info("checkpoints: %s | trajectories: %s | tensorboard: %s | plot: %s", out / "checkpoints",
-                out / "trajectories", os.environ.get("TENSORBOARD_DIR"), summary["plot"])
+    logger.info(
+        "MLMT run finished. validation before: %s | after: %s", pick(summary["first_val"]), pick(summary["last_val"])
+    )
+    logger.info(
+        "checkpoints: %s | trajectories: %s | tensorboard: %s | plot: %s",
+        out / "checkpoints",
+        out / "trajectories",
+        os.environ.get("TENSORBOARD_DIR"),
+        summary["plot"],
+    )

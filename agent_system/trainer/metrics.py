@@ -43,15 +43,17 @@ def trajectory_records(problems, episodes, scores) -> list[dict]:
     for row, episode in zip(problems, episodes, strict=True):
         for j, attempt in enumerate(episode.attempts):
             for k, refinement in enumerate(attempt.refinements):
-                records.append({
-                    "problem": episode.problem,
-                    "ground_truth": str(row["reward_model"]["ground_truth"]),
-                    "attempt": attempt.attempt.text,
-                    "feedback": refinement.feedback.text,
-                    "refinement": refinement.refinement.text,
-                    "R1": float(scores["r1"][episode.problem_index, j]),
-                    "R3": float(scores["r3"][episode.problem_index, j, k]),
-                })
+                records.append(
+                    {
+                        "problem": episode.problem,
+                        "ground_truth": str(row["reward_model"]["ground_truth"]),
+                        "attempt": attempt.attempt.text,
+                        "feedback": refinement.feedback.text,
+                        "refinement": refinement.refinement.text,
+                        "R1": float(scores["r1"][episode.problem_index, j]),
+                        "R3": float(scores["r3"][episode.problem_index, j, k]),
+                    }
+                )
     return records
 
 
@@ -69,7 +71,7 @@ def plot_history(history: list[dict], path: Path) -> str | None:
     for key, style in (("train/acc@t1", "-"), ("train/acc@t3", "-"), ("val/acc@t1", "--o"), ("val/acc@t3", "--o")):
         points = [(h["step"], h[key]) for h in history if key in h]
         if points:
-            acc_ax.plot(*zip(*points), style, label=key)
+            acc_ax.plot(*zip(*points, strict=True), style, label=key)
     acc_ax.set(xlabel="step", ylabel="accuracy", title="Accuracy at turn 1 and turn 3", ylim=(0, 1))
     acc_ax.legend()
     for key in ("train/delta_i2c", "train/delta_c2i"):

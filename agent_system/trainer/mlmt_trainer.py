@@ -36,22 +36,35 @@ logger = logging.getLogger(__name__)
 class MLMTTrainer:
     """Owns the two :class:`PolicyGroup` s, the reward pool, the sampler and the tracker."""
 
-    def __init__(self, config: DictConfig, groups: dict, tokenizers: dict, runner: EpisodeRunner,
-                 reward_pool: Any, train_frame, val_frame) -> None:
+    def __init__(
+        self,
+        config: DictConfig,
+        groups: dict,
+        critics: dict,
+        tokenizers: dict,
+        runner: EpisodeRunner,
+        reward_pool: Any,
+        train_frame,
+        val_frame,
+    ) -> None:
         self.config, self.mlmt = config, config.mlmt
-        self.groups, self.tokenizers, self.runner, self.reward_pool = groups, tokenizers, runner, reward_pool
-        self.sampler = st.ProblemSampler(train_frame, config.data.train_batch_size, config.data.seed,
-                                         config.data.shuffle)
+        self.groups, self.critics, self.tokenizers = groups, critics, tokenizers
+        self.runner, self.reward_pool = runner, reward_pool
+        self.sampler = st.ProblemSampler(
+            train_frame, config.data.train_batch_size, config.data.seed, config.data.shuffle
+        )
         self.val_frame = val_frame
         self.out_dir = Path(config.trainer.default_local_dir)
         self.ckpt_dir = self.out_dir / "checkpoints"
         self.global_step = 0
         self.history: list[dict] = []
         self.probe: DataProto | None = None  # fixed rows whose log-probs prove a resume restored the weights
-        self.tracker = vc.Tracking(project_name=config.trainer.project_name,
-                                   experiment_name=config.trainer.experiment_name,
-                                   default_backend=list(config.trainer.logger),
-                                   config=OmegaConf.to_container(config, resolve=True))
+        self.tracker = vc.Tracking(
+            project_name=config.trainer.project_name,
+            experiment_name=config.trainer.experiment_name,
+            default_backend=list(config.trainer.logger),
+            config=OmegaConf.to_container(config, resolve=True),
+        )
 
     # ------------------------------------------------------------------------------------------------ the loop
     def fit(self) -> dict:
@@ -62,8 +75,13 @@ class MLMTTrainer:
             first_metrics = self.validate()
             self.tracker.log(first_metrics, step=0)
         last_val = first_metrics
-        for step in tqdm(range(self.global_step + 1, total + 1), desc="MLMT steps", initial=self.global_step,
-                         total=total, disable=None):
+        for step in tqdm(
+            range(self.global_step + 1, total + 1),
+            desc="MLMT steps",
+            initial=self.global_step,
+            total=total,
+            disable=None,
+        ):
             self.global_step = step
             timing: dict[str, float] = {}
             with _timer(timing, "generate"):
@@ -136,8 +154,13 @@ class MLMTTrainer:
         """Rows of one level with per-turn rewards on the last token and advantages from the level's estimator."""
         rows = _level_rows(level, episodes)
         pad = self.tokenizers[level].pad_token_id
-        batch = build_rows(rows["prompts"], rows["responses"], pad, rows["log_probs"],
-                           {"turn": rows["turn"], "problem": rows["problem"]})
+        batch = build_rows(
+            rows["prompts"],
+            rows["responses"],
+            pad,
+            rows["log_probs"],
+            {"turn": rows["turn"], "problem": rows["problem"]},
+        )
         group = self.groups[level]
         old_log_probs, entropy = group.compute_log_prob(batch)  # (N, R) each
         batch.batch["old_log_probs"] = old_log_probs
@@ -154,14 +177,28 @@ class MLMTTrainer:
         else:
             r3 = scores["r3"][rows["problem"], rows["attempt"], rows["feedback"]]
             r_ref = scores["r_ref"][rows["problem"], rows["attempt"]] if "r_ref" in scores else None
-            s2 = adv.hl_scores(r1, r3, self.mlmt.reward.hl_reward, stage.alpha, self.mlmt.reward.contrastive_lambda,
-                               r_ref)
+            s2 = adv.hl_scores(
+                r1, r3, self.mlmt.reward.hl_reward, stage.alpha, self.mlmt.reward.contrastive_lambda, r_ref
+            )
+            if self.mlmt.reward.confidence_lambda > 0:
+                s2 = s2 + self.confidence_terms(problems, episodes, rows)
             rewards = s2 - stage.beta_h * kl
         token_rewards = adv.place_on_last_token(rewards, batch.batch["response_mask"])
         index = adv.group_keys(rows["problem"], rows["attempt"], rows["turn"], self.mlmt.ll.turn3_group_by)
-        advantages = adv.compute_advantages(self.mlmt[level].adv_estimator, token_rewards,
-                                            batch.batch["response_mask"], index, self.config.algorithm)
+        values = None
+        if level in self.critics:
+            values = self.critics[level].compute_values(batch)  # (N, R)
+            batch.batch["values"] = values
+        advantages, returns = adv.compute_advantages(
+            self.mlmt[level].adv_estimator,
+            token_rewards,
+            batch.batch["response_mask"],
+            index,
+            self.config.algorithm,
+            values,
+        )
         batch.batch["advantages"] = advantages
+        batch.batch["returns"] = returns
         lengths = mask.sum(-1)
         batch.meta_info["metrics"] = {
             f"{level}/reward_mean": float(rewards.mean()),
@@ -176,9 +213,37 @@ class MLMTTrainer:
 
     def update_level(self, level: str, batch: DataProto) -> dict[str, float]:
         metrics = dict(batch.meta_info.pop("metrics"))
+        if level in self.critics:
+            metrics.update({f"{level}/{k}": v for k, v in self.critics[level].update(batch).items()})
         update = self.groups[level].update_actor(batch)
         metrics.update({f"{level}/{k.removeprefix('actor/')}": v for k, v in update.items()})
         return metrics
+
+    def confidence_terms(self, problems, episodes: list[Episode], rows: dict[str, list]) -> np.ndarray:
+        """Per HL row: λ·clip(mean log p_LL(y*|x,z,g) − mean log p_LL(y*|x,z)), y* = the dataset's reference."""
+        from agent_system.prompts.templates import encode_prompt
+
+        tokenizer, prompts = self.tokenizers["ll"], self.runner.prompts
+        limit, budget = self.config.data.max_response_length, self.config.data.max_prompt_length
+        with_feedback, without_feedback, targets = [], [], []
+        for i, j, k in zip(rows["problem"], rows["attempt"], rows["feedback"], strict=True):
+            episode, row = episodes[i], problems[i]
+            attempt = episode.attempts[j]
+            reference = (row.get("extra_info") or {}).get("reference_solution") or ""
+            targets.append(tokenizer(reference, add_special_tokens=False)["input_ids"][:limit] or [0])
+            text, _ = prompts.refine(episode.problem, attempt.attempt.text, attempt.refinements[k].feedback.text)
+            with_feedback.append(encode_prompt(tokenizer, text, budget, "confidence (with feedback)"))
+            text, _ = prompts.refine(episode.problem, attempt.attempt.text, None)
+            without_feedback.append(encode_prompt(tokenizer, text, budget, "confidence (no feedback)"))
+        pad = tokenizer.pad_token_id
+        mean_logp = []
+        for prompt_rows in (with_feedback, without_feedback):
+            batch = build_rows(prompt_rows, targets, pad)
+            log_probs, _ = self.groups["ll"].compute_log_prob(batch)  # (N, R)
+            mask = batch.batch["response_mask"].float()
+            mean_logp.append(((log_probs * mask).sum(-1) / mask.sum(-1)).numpy())
+        reward = self.mlmt.reward
+        return adv.confidence_bonus(mean_logp[0], mean_logp[1], reward.confidence_lambda, reward.confidence_clip)
 
     def validate(self) -> dict[str, float]:
         """The same three-turn episode and prompts as training, greedy, over the validation set."""
@@ -207,14 +272,20 @@ class MLMTTrainer:
         for level, group in self.groups.items():
             if not self.mlmt[level].freeze:
                 group.save_checkpoint(str(folder / level), self.global_step)
-        st.write_trainer_state(self.ckpt_dir, self.global_step, {
-            "global_step": self.global_step,
-            "sampler": self.sampler.state_dict(),
-            "stage_index": stage_index,
-            "rng": st.rng_state(),
-            "history": self.history,
-            "probe_log_probs": self._probe_log_probs(),
-        })
+        for level, critic in self.critics.items():
+            critic.save_checkpoint(str(folder / f"{level}_critic"), self.global_step)
+        st.write_trainer_state(
+            self.ckpt_dir,
+            self.global_step,
+            {
+                "global_step": self.global_step,
+                "sampler": self.sampler.state_dict(),
+                "stage_index": stage_index,
+                "rng": st.rng_state(),
+                "history": self.history,
+                "probe_log_probs": self._probe_log_probs(),
+            },
+        )
         st.mark_latest(self.ckpt_dir, self.global_step)
         logger.info("checkpoint saved: %s", folder)
 
@@ -232,14 +303,19 @@ class MLMTTrainer:
             if (folder / level).is_dir():
                 group.load_checkpoint(str(folder / level))
                 group.sync_weights(step)
+        for level, critic in self.critics.items():
+            if (folder / f"{level}_critic").is_dir():
+                critic.load_checkpoint(str(folder / f"{level}_critic"))
         saved = st.read_trainer_state(self.ckpt_dir, step)
         self.global_step = saved["global_step"]
         self.sampler.load_state_dict(saved["sampler"])
         self.history = saved["history"]
         st.set_rng_state(saved["rng"])
         restored = self._probe_log_probs()
-        gaps = {f"resume/{lv}_logprob_max_abs_diff": float((restored[lv] - saved["probe_log_probs"][lv]).abs().max())
-                for lv in restored}
+        gaps = {
+            f"resume/{lv}_logprob_max_abs_diff": float((restored[lv] - saved["probe_log_probs"][lv]).abs().max())
+            for lv in restored
+        }
         self.tracker.log(gaps, step=step)
         logger.info("resumed from %s at step %d (%s)", folder, step, gaps)
 
@@ -255,8 +331,12 @@ class MLMTTrainer:
 
 
 def _reward_item(row: dict, text: str) -> dict:
-    return {"data_source": row["data_source"], "solution_str": text,
-            "ground_truth": row["reward_model"]["ground_truth"], "extra_info": row.get("extra_info") or {}}
+    return {
+        "data_source": row["data_source"],
+        "solution_str": text,
+        "ground_truth": row["reward_model"]["ground_truth"],
+        "extra_info": row.get("extra_info") or {},
+    }
 
 
 def _level_rows(level: str, episodes: list[Episode]) -> dict[str, list]:

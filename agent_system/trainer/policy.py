@@ -45,7 +45,9 @@ class PolicyGroup:
     def worker_class(view: DictConfig, use_ref: bool) -> Any:
         """``RayClassWithInitArgs`` of verl's ActorRolloutRefWorker for this level."""
         role = "actor_rollout_ref" if use_ref else "actor_rollout"
-        return vc.RayClassWithInitArgs(cls=ray.remote(vc.ActorRolloutRefWorker), config=view.actor_rollout_ref, role=role)
+        return vc.RayClassWithInitArgs(
+            cls=ray.remote(vc.ActorRolloutRefWorker), config=view.actor_rollout_ref, role=role
+        )
 
     def init(self) -> None:
         """Initialise the models (actor, ref), start the rollout servers and the weight-sync manager."""
@@ -94,7 +96,7 @@ class PolicyGroup:
         """One PPO/GRPO update over ``batch`` (needs ``old_log_probs`` and ``advantages``); returns metrics."""
         actor = self.config.actor
         batch.meta_info["multi_turn"] = False
-        mini_batch = _largest_divisor_at_most(len(batch), actor.ppo_mini_batch_size)
+        mini_batch = largest_divisor_at_most(len(batch), actor.ppo_mini_batch_size)
         td = self._to_tensordict(
             batch,
             calculate_entropy=actor.calculate_entropy or actor.entropy_coeff != 0.0,
@@ -108,7 +110,7 @@ class PolicyGroup:
             compute_loss=True,
         )
         output = self.worker_group.update_actor(td)
-        return _flatten_metrics(vc.tensordict_utils.get(output, "metrics"))
+        return flatten_metrics(vc.tensordict_utils.get(output, "metrics"))
 
     def sync_weights(self, global_steps: int) -> None:
         """Push the actor's weights into this level's rollout servers."""
@@ -121,12 +123,12 @@ class PolicyGroup:
         self.worker_group.load_checkpoint(path, None, False)
 
 
-def _largest_divisor_at_most(total: int, limit: int) -> int:
+def largest_divisor_at_most(total: int, limit: int) -> int:
     """verl's actor splits a batch into equal mini-batches; pick the largest size <= limit that divides it."""
     return next(size for size in range(min(total, max(limit, 1)), 0, -1) if total % size == 0)
 
 
-def _flatten_metrics(metrics: Any) -> dict[str, float]:
+def flatten_metrics(metrics: Any) -> dict[str, float]:
     """verl returns per-micro-batch metric lists; report their mean."""
     flat = {}
     for key, value in dict(metrics).items():
@@ -153,17 +155,21 @@ def build_policy_groups(config: DictConfig, use_ref: dict[str, bool]) -> dict[st
         groups = {}
         for level in ("ll", "hl"):
             size = config.mlmt[f"{level}_gpus"]
-            pool = vc.RayResourcePool(process_on_nodes=[size], use_gpu=True, max_colocate_count=1,
-                                      name_prefix=f"mlmt_{level}")
-            worker_group = vc.RayWorkerGroup(resource_pool=pool, ray_cls_with_init=classes[level],
-                                             name_prefix=f"mlmt_{level}", device_name=device)
+            pool = vc.RayResourcePool(
+                process_on_nodes=[size], use_gpu=True, max_colocate_count=1, name_prefix=f"mlmt_{level}"
+            )
+            worker_group = vc.RayWorkerGroup(
+                resource_pool=pool, ray_cls_with_init=classes[level], name_prefix=f"mlmt_{level}", device_name=device
+            )
             groups[level] = PolicyGroup(level, views[level], worker_group, use_ref[level])
         return groups
     size = config.trainer.n_gpus_per_node
-    pool = vc.RayResourcePool(process_on_nodes=[size] * config.trainer.nnodes, use_gpu=True, max_colocate_count=1,
-                              name_prefix="mlmt_shared")
+    pool = vc.RayResourcePool(
+        process_on_nodes=[size] * config.trainer.nnodes, use_gpu=True, max_colocate_count=1, name_prefix="mlmt_shared"
+    )
     fused_cls = vc.create_colocated_worker_cls(class_dict=classes)
-    fused = vc.RayWorkerGroup(resource_pool=pool, ray_cls_with_init=fused_cls, name_prefix="mlmt_shared",
-                              device_name=device)
+    fused = vc.RayWorkerGroup(
+        resource_pool=pool, ray_cls_with_init=fused_cls, name_prefix="mlmt_shared", device_name=device
+    )
     spawned = fused.spawn(prefix_set=classes.keys())
     return {level: PolicyGroup(level, views[level], spawned[level], use_ref[level]) for level in ("ll", "hl")}

@@ -25,13 +25,25 @@ pytestmark = pytest.mark.e2e
 
 def _command(tiny_models, out_dir: Path, *extra: str) -> list[str]:
     return [
-        sys.executable, "-m", "verl.trainer.main_mlmt",
-        f"actor_rollout_ref.model.path={tiny_models['ll']}", f"hl.model.path={tiny_models['hl']}",
-        f"trainer.default_local_dir={out_dir}", "trainer.logger=[console]",
-        "data.train_batch_size=2", "data.max_response_length=12", "hl.rollout.response_length=10",
-        "mlmt.n=2", "mlmt.m=2", "mlmt.ll.adv_estimator=grpo", "mlmt.hl.adv_estimator=grpo",
-        "mlmt.dataset.n_train=16", "mlmt.dataset.n_val=2", "mlmt.reward.num_workers=1",
-        "actor_rollout_ref.actor.optim.lr=1e-3", "hl.actor.optim.lr=1e-3",
+        sys.executable,
+        "-m",
+        "verl.trainer.main_mlmt",
+        f"actor_rollout_ref.model.path={tiny_models['ll']}",
+        f"hl.model.path={tiny_models['hl']}",
+        f"trainer.default_local_dir={out_dir}",
+        "trainer.logger=[console]",
+        "data.train_batch_size=2",
+        "data.max_response_length=12",
+        "hl.rollout.response_length=10",
+        "mlmt.n=2",
+        "mlmt.m=2",
+        "mlmt.ll.adv_estimator=grpo",
+        "mlmt.hl.adv_estimator=grpo",
+        "mlmt.dataset.n_train=16",
+        "mlmt.dataset.n_val=2",
+        "mlmt.reward.num_workers=1",
+        "actor_rollout_ref.actor.optim.lr=1e-3",
+        "hl.actor.optim.lr=1e-3",
         *extra,
     ]
 
@@ -77,8 +89,14 @@ def _kill_tree(process: subprocess.Popen) -> None:
 
 def test_resume_after_hard_kill(tiny_models, tmp_path):
     out = tmp_path / "run"
-    cmd = _command(tiny_models, out, "trainer.total_training_steps=3", "trainer.save_freq=1", "trainer.test_freq=-1",
-                   "trainer.val_before_train=false")
+    cmd = _command(
+        tiny_models,
+        out,
+        "trainer.total_training_steps=3",
+        "trainer.save_freq=1",
+        "trainer.test_freq=-1",
+        "trainer.val_before_train=false",
+    )
     log_path = tmp_path / "first.log"
     with log_path.open("w") as log_file:
         process = subprocess.Popen(cmd, cwd=tmp_path, env=_env(), stdout=log_file, stderr=subprocess.STDOUT)

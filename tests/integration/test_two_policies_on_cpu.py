@@ -32,9 +32,7 @@ def _overrides(tiny_models):
 
 def _sample(policy, prompts, max_tokens=12):
     async def run():
-        return await asyncio.gather(
-            *[policy.generate(p, max_tokens, 1.0, f"req{i}") for i, p in enumerate(prompts)]
-        )
+        return await asyncio.gather(*[policy.generate(p, max_tokens, 1.0, f"req{i}") for i, p in enumerate(prompts)])
 
     return asyncio.run(run())
 
@@ -63,9 +61,12 @@ def test_two_models_independent_and_weight_sync(tiny_models, ray_session):
         group.init()
     tokenizer = AutoTokenizer.from_pretrained(tiny_models["ll"])
     pad = tokenizer.pad_token_id
-    prompts = [tokenizer.apply_chat_template([{"role": "user", "content": f"What is {i} + 3?"}],
-                                             add_generation_prompt=True, tokenize=True)["input_ids"]
-               for i in range(4)]
+    prompts = [
+        tokenizer.apply_chat_template(
+            [{"role": "user", "content": f"What is {i} + 3?"}], add_generation_prompt=True, tokenize=True
+        )["input_ids"]
+        for i in range(4)
+    ]
     ll, hl = groups["ll"], groups["hl"]
 
     # Fresh servers serve the same weights as their actors.
