@@ -64,17 +64,7 @@ class CriticGroup:
         """One critic update on ``values`` / ``returns`` of ``batch``."""
         size = largest_divisor_at_most(len(batch), self.critic_config.ppo_mini_batch_size)
         td = self._tensordict(
-            batch.select(
-                batch_keys=[
-                    "input_ids",
-                    "attention_mask",
-                    "position_ids",
-                    "responses",
-                    "response_mask",
-                    "values",
-                    "returns",
-                ]
-            ),
+            batch,
             global_batch_size=size,
             mini_batch_size=size,
             epochs=self.critic_config.ppo_epochs,
