@@ -210,3 +210,23 @@ def platform_already_resolved() -> str | None:
     manager = importlib.import_module("verl.plugin.platform.platform_manager")
     current = manager._current_platform
     return None if current is None else current.device_name
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Checkpoint export
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def merge_fsdp_checkpoint(local_dir: str, target_dir: str) -> str:
+    """Merge a verl FSDP actor checkpoint folder into a Hugging Face model folder with verl's model merger."""
+    base = importlib.import_module("verl.model_merger.base_model_merger")
+    merger_cls = importlib.import_module("verl.model_merger.fsdp_model_merger").FSDPModelMerger
+    config = base.ModelMergerConfig(
+        operation="merge",
+        backend="fsdp",
+        local_dir=local_dir,
+        target_dir=target_dir,
+        hf_model_config_path=f"{local_dir}/huggingface",
+    )
+    merger_cls(config).merge_and_save()
+    return target_dir

@@ -246,25 +246,34 @@ class MLMTTrainer:
         return adv.confidence_bonus(mean_logp[0], mean_logp[1], reward.confidence_lambda, reward.confidence_clip)
 
     def validate(self) -> dict[str, float]:
-        """The same three-turn episode and prompts as training, greedy, over the validation set."""
+        """The same three-turn episode and prompts as training, greedy, over the validation set.
+
+        Every validation episode is written to ``trajectories/val_step_N.jsonl``.
+        """
         size = self.config.data.val_batch_size
-        results = defaultdict(list)
+        results, records = defaultdict(list), []
         for start in range(0, len(self.val_frame), size):
             problems = [r.to_dict() for _, r in self.val_frame.iloc[start : start + size].iterrows()]
             episodes = self.rollout(problems, validate=True)
-            for key, value in episode_metrics(episodes, self.score(problems, episodes), prefix="val").items():
+            scores = self.score(problems, episodes)
+            records += trajectory_records(problems, episodes, scores)
+            for key, value in episode_metrics(episodes, scores, prefix="val").items():
                 results[key].append((value, len(problems)))
+        self._write_jsonl(self.out_dir / "trajectories" / f"val_step_{self.global_step}.jsonl", records)
         return {k: sum(v * w for v, w in vals) / sum(w for _, w in vals) for k, vals in results.items()}
 
     # ------------------------------------------------------------------------------------------------ outputs
     def write_trajectories(self, step: int, problems, episodes: list[Episode], scores) -> None:
         count = self.mlmt.trajectories_per_step
-        if count <= 0:
-            return
-        path = self.out_dir / "trajectories" / f"step_{step}.jsonl"
+        if count > 0:
+            records = trajectory_records(problems, episodes, scores)[:count]
+            self._write_jsonl(self.out_dir / "trajectories" / f"step_{step}.jsonl", records)
+
+    @staticmethod
+    def _write_jsonl(path: Path, records: list[dict]) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("w") as handle:
-            for record in trajectory_records(problems, episodes, scores)[:count]:
+            for record in records:
                 handle.write(json.dumps(record) + "\n")
 
     def save_checkpoint(self, stage_index: int) -> None:

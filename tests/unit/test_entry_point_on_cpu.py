@@ -1,0 +1,90 @@
+"""The entry point and the verl plugin: `python -m verl.trainer.main_mlmt` resolves to the repository's shim from
+any directory, `import verl` stays the PyPI package, the plugin loads (verl would only log its failure at DEBUG),
+the CPU backend is active on this GPU-less machine, and a bad environment fails with one clear message."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _python(code: str, cwd: Path, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, **env})
+
+
+def _main_mlmt(args: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "verl.trainer.main_mlmt", *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=300, env={**os.environ, **env})
+
+
+PROBE = """
+import sys, importlib.util
+import verl
+print("PLUGIN", "agent_system.verl_plugin" in sys.modules)
+import agent_system.verl_plugin as plugin
+print("LOADED", plugin.LOADED, plugin.CPU_BACKEND_ACTIVE)
+print("VERL", verl.__file__)
+print("SHIM", importlib.util.find_spec("verl.trainer.main_mlmt").origin)
+print("MAIN_PPO", importlib.util.find_spec("verl.trainer.main_ppo").origin)
+from verl.utils.device import get_device_name
+print("DEVICE", get_device_name())
+"""
+
+
+def _fields(output: str) -> dict[str, str]:
+    return {line.split(" ", 1)[0]: line.split(" ", 1)[1] for line in output.splitlines() if " " in line}
+
+
+def test_names_resolve_from_repo_root_and_elsewhere(tmp_path):
+    for cwd in (REPO, tmp_path):
+        result = _python(PROBE, cwd)
+        assert result.returncode == 0, result.stderr[-3000:]
+        fields = _fields(result.stdout)
+        assert fields["PLUGIN"] == "True", "import verl did not load the MLMT-RL plugin"
+        assert fields["LOADED"] == "True True"
+        assert "site-packages" in fields["VERL"] and not fields["VERL"].startswith(str(REPO / "verl"))
+        assert fields["SHIM"] == str(REPO / "verl" / "trainer" / "main_mlmt.py")
+        assert "site-packages" in fields["MAIN_PPO"]
+        assert fields["DEVICE"] == "cpu"
+        assert "CPU backend" in result.stderr  # the one log line saying so
+
+
+def test_no_init_under_repo_verl():
+    assert not list((REPO / "verl").rglob("__init__.py"))
+
+
+def test_help_lists_the_config(tmp_path):
+    result = _main_mlmt(["--help"], tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "main_mlmt" in result.stdout
+    for key in ("mlmt:", "hl:", "actor_rollout_ref:", "adv_estimator"):
+        assert key in result.stdout, key
+
+
+def test_gpu_platform_without_gpu_is_a_clear_error(tmp_path):
+    result = _main_mlmt([], tmp_path, VERL_PLATFORM="nvidia")
+    assert result.returncode != 0
+    assert "no GPU is visible and the CPU backend is not active" in result.stdout + result.stderr
+
+
+def test_missing_model_path_is_a_clear_error(tmp_path):
+    result = _main_mlmt(["actor_rollout_ref.model.path=/nonexistent/model"], tmp_path)
+    assert result.returncode != 0
+    assert "actor_rollout_ref.model.path=/nonexistent/model: no such folder" in result.stdout + result.stderr
+
+
+def test_hub_name_offline_is_a_clear_error(tmp_path):
+    result = _main_mlmt(["hl.model.path=someorg/somemodel"], tmp_path, HF_HUB_OFFLINE="1")
+    assert result.returncode != 0
+    assert "hl.model.path=someorg/somemodel looks like a Hugging Face hub name" in result.stdout + result.stderr
+
+
+def test_invalid_config_is_rejected_at_start_up(tmp_path):
+    result = _main_mlmt(["mlmt.m=1"], tmp_path)
+    assert result.returncode != 0
+    assert "mlmt.hl.adv_estimator=grpo groups the m feedbacks" in result.stdout + result.stderr

@@ -1,0 +1,47 @@
+"""Packaging facts: verl pinned exactly, torch a range in the project, CPU and GPU constraint sets pinned."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _pins(path: Path) -> dict[str, str]:
+    pins = {}
+    for line in path.read_text().splitlines():
+        match = re.match(r"^([A-Za-z0-9_.\-]+)(\[[^\]]*\])?==([^\s;]+)", line.strip())
+        if match:
+            pins[match.group(1).lower().replace("_", "-")] = match.group(3)
+    return pins
+
+
+def test_requirements_pin_verl_and_keep_torch_a_range():
+    text = (REPO / "requirements.txt").read_text()
+    assert "verl==0.9.1" in text
+    assert re.search(r"^torch>=2\.11$", text, re.M)
+    setup = (REPO / "setup.py").read_text()
+    assert '"torch>=2.11"' in setup and '"verl==0.9.1"' in setup and "verl[vllm]==0.9.1" in setup
+    extras = re.search(r"extras_require=\{(.*?)\n    \}", setup, re.S).group(1)
+    requirements = [line for line in extras.splitlines() if not line.strip().startswith("#")]
+    assert not any("flash" in line for line in requirements)  # flash-attn is a separate, documented step
+
+
+def test_cpu_constraints_pin_everything_installed():
+    pins = _pins(REPO / "requirements" / "constraints-cpu.txt")
+    assert pins["verl"] == "0.9.1" and pins["torch"] == "2.13.0" and pins["hydra-core"] == "1.3.2"
+    assert len(pins) > 100
+
+
+def test_gpu_constraints_resolve_to_the_verl_vllm_set():
+    pins = _pins(REPO / "requirements" / "constraints-gpu.txt")
+    assert pins["verl"] == "0.9.1" and pins["torch"] == "2.11.0" and pins["vllm"] == "0.24.0"
+    assert "flash-attn" not in pins
+
+
+def test_plugin_entry_point_registered():
+    from importlib.metadata import entry_points
+
+    names = {ep.name: ep.value for ep in entry_points(group="verl.plugins")}
+    assert names.get("mlmt") == "agent_system.verl_plugin"
