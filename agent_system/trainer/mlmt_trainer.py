@@ -200,7 +200,11 @@ class MLMTTrainer:
         batch.batch["advantages"] = advantages
         batch.batch["returns"] = returns
         lengths = mask.sum(-1)
+        # The rollout server sampled these tokens; the actor re-scores them. A gap means a stale or wrong weight sync.
+        gap = (old_log_probs - batch.batch["rollout_log_probs"]).abs() * mask
         batch.meta_info["metrics"] = {
+            f"{level}/rollout_actor_logprob_diff_max": float(gap.max()),
+            f"{level}/rollout_actor_logprob_diff_mean": float(gap.sum() / mask.sum()),
             f"{level}/reward_mean": float(rewards.mean()),
             f"{level}/advantage_mean": float((advantages * mask).sum() / mask.sum()),
             f"{level}/advantage_abs_mean": float((advantages.abs() * mask).sum() / mask.sum()),
