@@ -120,3 +120,25 @@ def test_resume_after_hard_kill(tiny_models, tmp_path):
     assert not re.search(r"^step:1 - train/", log, re.M), "step 1 was trained again after resuming"
     assert re.search(r"^step:2 ", log, re.M) and re.search(r"^step:3 ", log, re.M)
     assert (out / "checkpoints" / "latest_checkpointed_iteration.txt").read_text().strip() == "3"
+
+
+def test_ppo_with_critics_kl_and_confidence_colocated(tiny_models, tmp_path):
+    """PPO (gae + a critic per level), β > 0 (reference models), the HL confidence term, colocated placement."""
+    out = tmp_path / "run"
+    cmd = _command(
+        tiny_models, out, "trainer.total_training_steps=2", "trainer.save_freq=2", "trainer.test_freq=-1",
+        "trainer.val_before_train=false", "mlmt.ll.adv_estimator=gae", "mlmt.hl.adv_estimator=gae",
+        "mlmt.stages.beta_l=[0.1]", "mlmt.stages.beta_h=[0.1]", "mlmt.reward.confidence_lambda=0.5",
+        "mlmt.placement=colocated",
+    )
+    result = subprocess.run(cmd, cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=600)
+    log = result.stdout + result.stderr
+    assert result.returncode == 0, log[-5000:]
+    step1 = re.search(r"^step:1 .*$", log, re.M).group(0)
+    step2 = re.search(r"^step:2 .*$", log, re.M).group(0)
+    assert "ll/critic/vf_loss" in step1 and "hl/critic/vf_loss" in step2
+    assert "ll/kl_mean" in step1 and "hl/kl_mean" in step2
+    hl_reward = float(re.search(r"hl/reward_mean:([-0-9.e]+)", step2).group(1))
+    assert hl_reward != 0.0  # R3 is 0 for a random model: the confidence term is what moves the HL reward
+    for name in ("ll", "hl", "ll_critic", "hl_critic"):
+        assert (out / "checkpoints" / "global_step_2" / name).is_dir(), name

@@ -1,0 +1,219 @@
+"""Benchmark: the two-model MLMT step, phase by phase, against a single-model GRPO step with the same token budget.
+
+    python benchmarks/bench_mlmt_step.py [--model tiny|smollm2] [--steps 3] [--batch 2] [--n 2] [--m 2]
+
+Both variants run in one process, interleaved (MLMT, single, MLMT, single, ...), on the same Ray session:
+
+* **MLMT step**: B problems → n attempts (LL) → m feedbacks each (HL) → m refinements (LL) → grading → LL update
+  + weight sync and HL update + weight sync (both levels train every step here, the most expensive schedule).
+* **single-model GRPO step**: the LL alone samples as many single-turn responses as the MLMT episode has turns
+  (B·n + 2·B·n·m, each with the same token budget as its MLMT counterpart), grades them, and does one GRPO update +
+  sync on all of them.
+
+It prints the per-phase times of each variant and the ratio MLMT / single (target ≤ 1.15: orchestration and the
+second model add at most 15%). It also times the episode with per-sample concurrency against a turn-by-turn barrier
+(all attempts, then all feedbacks, then all refinements).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import tempfile
+import time
+from collections import defaultdict
+
+import numpy as np
+import ray
+
+from agent_system.multi_turn_rollout.batch import build_rows
+from agent_system.multi_turn_rollout.episode import EpisodeSettings
+from agent_system.trainer import advantages as adv
+from agent_system.trainer.config import compose_config
+from agent_system.trainer.main import build_trainer, prepare_config
+
+
+class Timer:
+    def __init__(self) -> None:
+        self.times: dict[str, float] = defaultdict(float)
+
+    def __call__(self, name: str):
+        timer = self
+
+        class _Span:
+            def __enter__(self):
+                self.start = time.perf_counter()
+
+            def __exit__(self, *exc):
+                timer.times[name] += time.perf_counter() - self.start
+
+        return _Span()
+
+
+def mlmt_step(trainer, step: int) -> dict[str, float]:
+    timer = Timer()
+    with timer("generate"):
+        problems = trainer.sampler.next_batch()
+        episodes = trainer.rollout(problems, validate=False)
+    with timer("reward"):
+        scores = trainer.score(problems, episodes)
+    _, stage = adv.stage_at(trainer.mlmt.stages, step)
+    for level in ("ll", "hl"):
+        with timer("log_prob+advantages"):
+            batch = trainer.build_level_batch(level, problems, episodes, scores, stage)
+        with timer("update"):
+            trainer.update_level(level, batch)
+        with timer("sync"):
+            trainer.groups[level].sync_weights(step)
+    return dict(timer.times)
+
+
+def single_step(trainer, step: int) -> dict[str, float]:
+    """Single-model GRPO on the LL with the MLMT step's number of responses and token budgets."""
+    config, mlmt, ll = trainer.config, trainer.mlmt, trainer.groups["ll"]
+    tokenizer, prompts = trainer.tokenizers["ll"], trainer.runner.prompts
+    timer = Timer()
+    with timer("generate"):
+        problems = trainer.sampler.next_batch()
+        texts = [row["prompt"][0]["content"] for row in problems]
+        budgets = [config.data.max_response_length] * (1 + 2 * mlmt.m)
+        budgets[1 : 1 + mlmt.m] = [config.hl.rollout.response_length] * mlmt.m  # as many tokens as the HL turns
+        jobs = [(i, j, budget) for i in range(len(texts)) for j in range(mlmt.n) for budget in budgets]
+
+        async def sample():
+            from agent_system.prompts.templates import encode_prompt
+
+            calls = []
+            for i, j, budget in jobs:
+                ids = encode_prompt(tokenizer, prompts.solve(texts[i]), config.data.max_prompt_length, "solve")
+                calls.append(ll.generate(ids, budget, config.actor_rollout_ref.rollout.temperature, f"{i}/{j}"))
+            return ids, await asyncio.gather(*calls)
+
+        outputs = asyncio.run(sample())[1]
+    with timer("reward"):
+        items = [{"data_source": problems[i]["data_source"], "solution_str": tokenizer.decode(o.token_ids),
+                  "ground_truth": problems[i]["reward_model"]["ground_truth"], "extra_info": {}}
+                 for (i, _, _), o in zip(jobs, outputs, strict=True)]
+        rewards = np.array([r["score"] for r in trainer.reward_pool.score(items)])
+    with timer("log_prob+advantages"):
+        prompt_rows = [
+            prompts_ids for prompts_ids in (
+                tokenizer.apply_chat_template([{"role": "user", "content": prompts.solve(texts[i])}],
+                                              add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"]
+                for i, _, _ in jobs)
+        ]
+        batch = build_rows(prompt_rows, [o.token_ids or [0] for o in outputs], tokenizer.pad_token_id,
+                           [o.log_probs or [0.0] for o in outputs])
+        old_log_probs, _ = ll.compute_log_prob(batch)
+        batch.batch["old_log_probs"] = old_log_probs
+        token_rewards = adv.place_on_last_token(rewards, batch.batch["response_mask"])
+        index = np.array([f"p{i}" for i, _, _ in jobs], dtype=object)
+        advantages, _ = adv.compute_advantages("grpo", token_rewards, batch.batch["response_mask"], index,
+                                               config.algorithm)
+        batch.batch["advantages"] = advantages
+    with timer("update"):
+        ll.update_actor(batch)
+    with timer("sync"):
+        ll.sync_weights(step)
+    return dict(timer.times)
+
+
+def barrier_episode_seconds(trainer, problems) -> float:
+    """The same episode with a barrier after every turn (all attempts, then all feedbacks, then all refinements)."""
+    runner, settings = trainer.runner, _settings(trainer)
+    prompts = runner.prompts
+
+    async def run():
+        turn = runner._turn
+        texts = [row["prompt"][0]["content"] for row in problems]
+        attempts = await asyncio.gather(*[
+            turn(runner.ll, runner.ll_tokenizer, prompts.solve(t), settings.ll_max_tokens, settings.ll_temperature,
+                 settings.max_prompt_tokens, "solve", f"{i}/{j}", False)
+            for i, t in enumerate(texts) for j in range(settings.n)])
+        owners = [i for i in range(len(texts)) for _ in range(settings.n)]
+        feedbacks = await asyncio.gather(*[
+            turn(runner.hl, runner.hl_tokenizer, prompts.feedback(texts[o], a.text)[0], settings.hl_max_tokens,
+                 settings.hl_temperature, settings.max_prompt_tokens, "feedback", f"f{k}", False)
+            for o, a in zip(owners, attempts, strict=True) for k in range(settings.m)])
+        pairs = [(o, a) for o, a in zip(owners, attempts, strict=True) for _ in range(settings.m)]
+        await asyncio.gather(*[
+            turn(runner.ll, runner.ll_tokenizer, prompts.refine(texts[o], a.text, f.text)[0], settings.ll_max_tokens,
+                 settings.ll_temperature, settings.max_prompt_tokens, "refine", f"r{k}", False)
+            for k, ((o, a), f) in enumerate(zip(pairs, feedbacks, strict=True))])
+
+    start = time.perf_counter()
+    asyncio.run(run())
+    return time.perf_counter() - start
+
+
+def _settings(trainer) -> EpisodeSettings:
+    config = trainer.config
+    return EpisodeSettings(n=trainer.mlmt.n, m=trainer.mlmt.m, ll_max_tokens=config.data.max_response_length,
+                           hl_max_tokens=config.hl.rollout.response_length,
+                           max_prompt_tokens=config.data.max_prompt_length,
+                           ll_temperature=1.0, hl_temperature=1.0)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="tiny", help="tiny (built offline), smollm2, or a model folder")
+    parser.add_argument("--steps", type=int, default=3, help="timed steps per variant (after one warm-up each)")
+    parser.add_argument("--batch", type=int, default=2, help="problems per step (B)")
+    parser.add_argument("--n", type=int, default=2, help="attempts per problem")
+    parser.add_argument("--m", type=int, default=2, help="feedbacks per attempt")
+    parser.add_argument("--max-tokens", type=int, default=32, help="LL tokens per turn (HL: 3/4 of it)")
+    args = parser.parse_args()
+
+    workdir = tempfile.mkdtemp(prefix="bench_mlmt_")
+    if args.model == "tiny":
+        from agent_system.models.tiny import build_tiny_model
+
+        ll_path, hl_path = build_tiny_model(f"{workdir}/ll", seed=0), build_tiny_model(f"{workdir}/hl", seed=1)
+    else:
+        ll_path = hl_path = args.model
+    overrides = [
+        f"actor_rollout_ref.model.path={ll_path}", f"hl.model.path={hl_path}", f"trainer.default_local_dir={workdir}",
+        f"data.train_batch_size={args.batch}", f"mlmt.n={args.n}", f"mlmt.m={args.m}",
+        f"data.max_response_length={args.max_tokens}", f"hl.rollout.response_length={max(args.max_tokens * 3 // 4, 1)}",
+        "mlmt.dataset.n_train=64", "mlmt.dataset.n_val=2", "trainer.logger=[console]",
+    ]
+    config = prepare_config(compose_config(overrides), overrides)
+    ray.init(num_cpus=16, include_dashboard=False, log_to_driver=False)
+    try:
+        trainer = build_trainer(config)
+        results = {"mlmt": [], "single": []}
+        for step in range(1, args.steps + 2):  # step 1 of each variant is a warm-up
+            for name, fn in (("mlmt", mlmt_step), ("single", single_step)):
+                timing = fn(trainer, step)
+                if step > 1:
+                    results[name].append(timing)
+        pipelined, barrier = [], []
+        for _ in range(args.steps):
+            problems = trainer.sampler.next_batch()
+            start = time.perf_counter()
+            trainer.rollout(problems, validate=False)
+            pipelined.append(time.perf_counter() - start)
+            barrier.append(barrier_episode_seconds(trainer, problems))
+        trainer.reward_pool.close()
+    finally:
+        ray.shutdown()
+
+    phases = ["generate", "reward", "log_prob+advantages", "update", "sync"]
+    print(f"model={args.model} B={args.batch} n={args.n} m={args.m} max_tokens={args.max_tokens} "
+          f"steps={args.steps} (median seconds per step)")
+    print(f"{'phase':<22}{'MLMT (2 models)':>18}{'single GRPO':>14}")
+    totals = {}
+    for name in results:
+        totals[name] = statistics.median(sum(t.values()) for t in results[name])
+    for phase in phases:
+        values = [statistics.median(t.get(phase, 0.0) for t in results[name]) for name in ("mlmt", "single")]
+        print(f"{phase:<22}{values[0]:>18.2f}{values[1]:>14.2f}")
+    print(f"{'total':<22}{totals['mlmt']:>18.2f}{totals['single']:>14.2f}")
+    print(f"ratio MLMT / single-model step: {totals['mlmt'] / totals['single']:.3f} (target <= 1.15)")
+    print(f"episode: per-sample pipelining {statistics.median(pipelined):.2f} s vs turn barrier "
+          f"{statistics.median(barrier):.2f} s (ratio {statistics.median(pipelined) / statistics.median(barrier):.3f})")
+
+
+if __name__ == "__main__":
+    main()
