@@ -80,62 +80,46 @@ class EpisodeRunner:
             shortened=shortened,
         )
 
-    async def _refinement(self, problem: str, attempt: Turn, s: EpisodeSettings, rid: str) -> Refinement:
-        text, cut = self.prompts.feedback(problem, attempt.text)
-        feedback = await self._turn(
+    async def _ll(self, text: str, s: EpisodeSettings, what: str, request_id: str, shortened: bool) -> Turn:
+        return await self._turn(
+            self.ll,
+            self.ll_tokenizer,
+            text,
+            s.ll_max_tokens,
+            s.ll_temperature,
+            s.max_prompt_tokens,
+            what,
+            request_id,
+            shortened,
+        )
+
+    async def _hl(self, text: str, s: EpisodeSettings, what: str, request_id: str, shortened: bool) -> Turn:
+        return await self._turn(
             self.hl,
             self.hl_tokenizer,
             text,
             s.hl_max_tokens,
             s.hl_temperature,
             s.max_prompt_tokens,
-            "turn-2 (feedback)",
-            f"{rid}/t2",
-            cut,
+            what,
+            request_id,
+            shortened,
         )
+
+    async def _refinement(self, problem: str, attempt: Turn, s: EpisodeSettings, rid: str) -> Refinement:
+        text, cut = self.prompts.feedback(problem, attempt.text)
+        feedback = await self._hl(text, s, "turn-2 (feedback)", f"{rid}/t2", cut)
         text, cut = self.prompts.refine(problem, attempt.text, feedback.text)
-        refinement = await self._turn(
-            self.ll,
-            self.ll_tokenizer,
-            text,
-            s.ll_max_tokens,
-            s.ll_temperature,
-            s.max_prompt_tokens,
-            "turn-3 (refine)",
-            f"{rid}/t3",
-            cut,
-        )
+        refinement = await self._ll(text, s, "turn-3 (refine)", f"{rid}/t3", cut)
         return Refinement(feedback, refinement)
 
     async def _attempt(self, index: int, problem: str, j: int, s: EpisodeSettings) -> Attempt:
         rid = f"p{index}/a{j}"
-        attempt = await self._turn(
-            self.ll,
-            self.ll_tokenizer,
-            self.prompts.solve(problem),
-            s.ll_max_tokens,
-            s.ll_temperature,
-            s.max_prompt_tokens,
-            "turn-1 (solve)",
-            f"{rid}/t1",
-            False,
-        )
+        attempt = await self._ll(self.prompts.solve(problem), s, "turn-1 (solve)", f"{rid}/t1", False)
         jobs = [self._refinement(problem, attempt, s, f"{rid}/f{k}") for k in range(s.m)]
         if s.with_reference_refinement:
             text, cut = self.prompts.refine(problem, attempt.text, None)
-            jobs.append(
-                self._turn(
-                    self.ll,
-                    self.ll_tokenizer,
-                    text,
-                    s.ll_max_tokens,
-                    s.ll_temperature,
-                    s.max_prompt_tokens,
-                    "turn-3 (no feedback)",
-                    f"{rid}/ref",
-                    cut,
-                )
-            )
+            jobs.append(self._ll(text, s, "turn-3 (no feedback)", f"{rid}/ref", cut))
         results = await asyncio.gather(*jobs)
         reference = results[s.m] if s.with_reference_refinement else None
         return Attempt(attempt, list(results[: s.m]), reference)
