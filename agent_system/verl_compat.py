@@ -191,7 +191,10 @@ def _sdpa_value_head_loader(module: ModuleType) -> None:
         from transformers import AutoModelForTokenClassification
 
         return AutoModelForTokenClassification.from_pretrained(
-            local_path, torch_dtype=torch_dtype, config=model_config, attn_implementation="sdpa",
+            local_path,
+            torch_dtype=torch_dtype,
+            config=model_config,
+            attn_implementation="sdpa",
             trust_remote_code=trust_remote_code,
         )
 

@@ -7,7 +7,7 @@ wrong by perturbing the final answer.
 Usage::
 
     python benchmarks/bench_math_grading.py                     # 2,000 responses, 2 workers
-    python benchmarks/bench_math_grading.py --n 200 --workers 2 --data /work/shared/data
+    python benchmarks/bench_math_grading.py --n 200 --workers 2 --data ../shared/data
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import os
 import random
 import re
 import time
+from pathlib import Path
 
 from agent_system.rewards import RewardPool, compute_score
 from agent_system.rewards.math_answer import last_boxed_content
@@ -100,7 +101,10 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2, help="RewardPool workers")
     parser.add_argument("--timeout-s", type=float, default=5.0, help="per-item wall-clock limit of the pool")
     parser.add_argument("--n-pathological", type=int, default=10, help="pathological responses in the bad batch")
-    parser.add_argument("--data", default=os.environ.get("MLMT_SHARED_DATA", "/work/shared/data"))
+    parser.add_argument(
+        "--data",
+        default=os.environ.get("MLMT_SHARED_DATA", str(Path(__file__).resolve().parents[2] / "shared" / "data")),
+    )
     args = parser.parse_args()
 
     items = build_items(args.data, args.n)

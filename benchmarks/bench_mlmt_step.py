@@ -92,25 +92,42 @@ def single_step(trainer, step: int) -> dict[str, float]:
 
         outputs = asyncio.run(sample())[1]
     with timer("reward"):
-        items = [{"data_source": problems[i]["data_source"], "solution_str": tokenizer.decode(o.token_ids),
-                  "ground_truth": problems[i]["reward_model"]["ground_truth"], "extra_info": {}}
-                 for (i, _, _), o in zip(jobs, outputs, strict=True)]
+        items = [
+            {
+                "data_source": problems[i]["data_source"],
+                "solution_str": tokenizer.decode(o.token_ids),
+                "ground_truth": problems[i]["reward_model"]["ground_truth"],
+                "extra_info": {},
+            }
+            for (i, _, _), o in zip(jobs, outputs, strict=True)
+        ]
         rewards = np.array([r["score"] for r in trainer.reward_pool.score(items)])
     with timer("log_prob+advantages"):
         prompt_rows = [
-            prompts_ids for prompts_ids in (
-                tokenizer.apply_chat_template([{"role": "user", "content": prompts.solve(texts[i])}],
-                                              add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"]
-                for i, _, _ in jobs)
+            prompts_ids
+            for prompts_ids in (
+                tokenizer.apply_chat_template(
+                    [{"role": "user", "content": prompts.solve(texts[i])}],
+                    add_generation_prompt=True,
+                    tokenize=True,
+                    return_dict=True,
+                )["input_ids"]
+                for i, _, _ in jobs
+            )
         ]
-        batch = build_rows(prompt_rows, [o.token_ids or [0] for o in outputs], tokenizer.pad_token_id,
-                           [o.log_probs or [0.0] for o in outputs])
+        batch = build_rows(
+            prompt_rows,
+            [o.token_ids or [0] for o in outputs],
+            tokenizer.pad_token_id,
+            [o.log_probs or [0.0] for o in outputs],
+        )
         old_log_probs, _ = ll.compute_log_prob(batch)
         batch.batch["old_log_probs"] = old_log_probs
         token_rewards = adv.place_on_last_token(rewards, batch.batch["response_mask"])
         index = np.array([f"p{i}" for i, _, _ in jobs], dtype=object)
-        advantages, _ = adv.compute_advantages("grpo", token_rewards, batch.batch["response_mask"], index,
-                                               config.algorithm)
+        advantages, _ = adv.compute_advantages(
+            "grpo", token_rewards, batch.batch["response_mask"], index, config.algorithm
+        )
         batch.batch["advantages"] = advantages
     with timer("update"):
         ll.update_actor(batch)
@@ -127,20 +144,58 @@ def barrier_episode_seconds(trainer, problems) -> float:
     async def run():
         turn = runner._turn
         texts = [row["prompt"][0]["content"] for row in problems]
-        attempts = await asyncio.gather(*[
-            turn(runner.ll, runner.ll_tokenizer, prompts.solve(t), settings.ll_max_tokens, settings.ll_temperature,
-                 settings.max_prompt_tokens, "solve", f"{i}/{j}", False)
-            for i, t in enumerate(texts) for j in range(settings.n)])
+        attempts = await asyncio.gather(
+            *[
+                turn(
+                    runner.ll,
+                    runner.ll_tokenizer,
+                    prompts.solve(t),
+                    settings.ll_max_tokens,
+                    settings.ll_temperature,
+                    settings.max_prompt_tokens,
+                    "solve",
+                    f"{i}/{j}",
+                    False,
+                )
+                for i, t in enumerate(texts)
+                for j in range(settings.n)
+            ]
+        )
         owners = [i for i in range(len(texts)) for _ in range(settings.n)]
-        feedbacks = await asyncio.gather(*[
-            turn(runner.hl, runner.hl_tokenizer, prompts.feedback(texts[o], a.text)[0], settings.hl_max_tokens,
-                 settings.hl_temperature, settings.max_prompt_tokens, "feedback", f"f{k}", False)
-            for o, a in zip(owners, attempts, strict=True) for k in range(settings.m)])
+        feedbacks = await asyncio.gather(
+            *[
+                turn(
+                    runner.hl,
+                    runner.hl_tokenizer,
+                    prompts.feedback(texts[o], a.text)[0],
+                    settings.hl_max_tokens,
+                    settings.hl_temperature,
+                    settings.max_prompt_tokens,
+                    "feedback",
+                    f"f{k}",
+                    False,
+                )
+                for o, a in zip(owners, attempts, strict=True)
+                for k in range(settings.m)
+            ]
+        )
         pairs = [(o, a) for o, a in zip(owners, attempts, strict=True) for _ in range(settings.m)]
-        await asyncio.gather(*[
-            turn(runner.ll, runner.ll_tokenizer, prompts.refine(texts[o], a.text, f.text)[0], settings.ll_max_tokens,
-                 settings.ll_temperature, settings.max_prompt_tokens, "refine", f"r{k}", False)
-            for k, ((o, a), f) in enumerate(zip(pairs, feedbacks, strict=True))])
+        await asyncio.gather(
+            *[
+                turn(
+                    runner.ll,
+                    runner.ll_tokenizer,
+                    prompts.refine(texts[o], a.text, f.text)[0],
+                    settings.ll_max_tokens,
+                    settings.ll_temperature,
+                    settings.max_prompt_tokens,
+                    "refine",
+                    f"r{k}",
+                    False,
+                )
+                for k, ((o, a), f) in enumerate(zip(pairs, feedbacks, strict=True))
+            ]
+        )
 
     start = time.perf_counter()
     asyncio.run(run())
@@ -149,10 +204,15 @@ def barrier_episode_seconds(trainer, problems) -> float:
 
 def _settings(trainer) -> EpisodeSettings:
     config = trainer.config
-    return EpisodeSettings(n=trainer.mlmt.n, m=trainer.mlmt.m, ll_max_tokens=config.data.max_response_length,
-                           hl_max_tokens=config.hl.rollout.response_length,
-                           max_prompt_tokens=config.data.max_prompt_length,
-                           ll_temperature=1.0, hl_temperature=1.0)
+    return EpisodeSettings(
+        n=trainer.mlmt.n,
+        m=trainer.mlmt.m,
+        ll_max_tokens=config.data.max_response_length,
+        hl_max_tokens=config.hl.rollout.response_length,
+        max_prompt_tokens=config.data.max_prompt_length,
+        ll_temperature=1.0,
+        hl_temperature=1.0,
+    )
 
 
 def main() -> None:
@@ -173,10 +233,17 @@ def main() -> None:
     else:
         ll_path = hl_path = args.model
     overrides = [
-        f"actor_rollout_ref.model.path={ll_path}", f"hl.model.path={hl_path}", f"trainer.default_local_dir={workdir}",
-        f"data.train_batch_size={args.batch}", f"mlmt.n={args.n}", f"mlmt.m={args.m}",
-        f"data.max_response_length={args.max_tokens}", f"hl.rollout.response_length={max(args.max_tokens * 3 // 4, 1)}",
-        "mlmt.dataset.n_train=64", "mlmt.dataset.n_val=2", "trainer.logger=[console]",
+        f"actor_rollout_ref.model.path={ll_path}",
+        f"hl.model.path={hl_path}",
+        f"trainer.default_local_dir={workdir}",
+        f"data.train_batch_size={args.batch}",
+        f"mlmt.n={args.n}",
+        f"mlmt.m={args.m}",
+        f"data.max_response_length={args.max_tokens}",
+        f"hl.rollout.response_length={max(args.max_tokens * 3 // 4, 1)}",
+        "mlmt.dataset.n_train=64",
+        "mlmt.dataset.n_val=2",
+        "trainer.logger=[console]",
     ]
     config = prepare_config(compose_config(overrides), overrides)
     ray.init(num_cpus=16, include_dashboard=False, log_to_driver=False)
@@ -200,8 +267,10 @@ def main() -> None:
         ray.shutdown()
 
     phases = ["generate", "reward", "log_prob+advantages", "update", "sync"]
-    print(f"model={args.model} B={args.batch} n={args.n} m={args.m} max_tokens={args.max_tokens} "
-          f"steps={args.steps} (median seconds per step)")
+    print(
+        f"model={args.model} B={args.batch} n={args.n} m={args.m} max_tokens={args.max_tokens} "
+        f"steps={args.steps} (median seconds per step)"
+    )
     print(f"{'phase':<22}{'MLMT (2 models)':>18}{'single GRPO':>14}")
     totals = {}
     for name in results:
@@ -211,8 +280,10 @@ def main() -> None:
         print(f"{phase:<22}{values[0]:>18.2f}{values[1]:>14.2f}")
     print(f"{'total':<22}{totals['mlmt']:>18.2f}{totals['single']:>14.2f}")
     print(f"ratio MLMT / single-model step: {totals['mlmt'] / totals['single']:.3f} (target <= 1.15)")
-    print(f"episode: per-sample pipelining {statistics.median(pipelined):.2f} s vs turn barrier "
-          f"{statistics.median(barrier):.2f} s (ratio {statistics.median(pipelined) / statistics.median(barrier):.3f})")
+    print(
+        f"episode: per-sample pipelining {statistics.median(pipelined):.2f} s vs turn barrier "
+        f"{statistics.median(barrier):.2f} s (ratio {statistics.median(pipelined) / statistics.median(barrier):.3f})"
+    )
 
 
 if __name__ == "__main__":

@@ -4,9 +4,10 @@ Toy task: one easy problem ("What is 1 + 2?"), repeated. The tiny random-init so
 percent of its samples (the arith grader takes the last number of a response), so GRPO has a signal from the first
 steps. 12 steps with n = 16 attempts ((tH, tL) = (1, 3): 9 LL and 3 HL updates) take the solver's turn-1
 accuracy from about 0.03 to well above 0.5 (measured; the servers' batching makes sampling order-dependent, so the
-assertion keeps a wide margin: late mean > early mean + 0.25). The test fails if the gradient sign, the advantage grouping or the weight
-sync is wrong: with a wrong sign or grouping accuracy does not rise; with a broken sync the servers keep sampling
-from the initial weights (no rise), and the actor/rollout log-prob gap on the sampled tokens exposes it directly.
+assertion keeps a wide margin: late mean > early mean + 0.25). The test fails if the gradient sign, the advantage
+grouping or the weight sync is wrong: with a wrong sign or grouping accuracy does not rise; with a broken sync the
+servers keep sampling from the initial weights (no rise), and the actor/rollout log-prob gap on the sampled tokens
+exposes it directly.
 """
 
 from __future__ import annotations
@@ -47,13 +48,27 @@ def test_solver_reward_rises_and_feedback_writer_changes(tiny_models, tmp_path):
     pd.DataFrame(_rows(4, "val")).to_parquet(tmp_path / "val.parquet")
     out = tmp_path / "run"
     command = [
-        sys.executable, "-m", "verl.trainer.main_mlmt",
-        f"actor_rollout_ref.model.path={tiny_models['ll']}", f"hl.model.path={tiny_models['hl']}",
-        f"data.train_files={tmp_path / 'train.parquet'}", f"data.val_files={tmp_path / 'val.parquet'}",
-        f"trainer.default_local_dir={out}", "trainer.logger=[console]", "trainer.total_training_steps=12",
-        "trainer.save_freq=12", "trainer.test_freq=12", "data.train_batch_size=2", "data.max_response_length=8",
-        "hl.rollout.response_length=6", "mlmt.n=16", "mlmt.m=2", "mlmt.schedule.tH=1", "mlmt.schedule.tL=3",
-        "actor_rollout_ref.actor.optim.lr=1e-2", "hl.actor.optim.lr=1e-2",
+        sys.executable,
+        "-m",
+        "verl.trainer.main_mlmt",
+        f"actor_rollout_ref.model.path={tiny_models['ll']}",
+        f"hl.model.path={tiny_models['hl']}",
+        f"data.train_files={tmp_path / 'train.parquet'}",
+        f"data.val_files={tmp_path / 'val.parquet'}",
+        f"trainer.default_local_dir={out}",
+        "trainer.logger=[console]",
+        "trainer.total_training_steps=12",
+        "trainer.save_freq=12",
+        "trainer.test_freq=12",
+        "data.train_batch_size=2",
+        "data.max_response_length=8",
+        "hl.rollout.response_length=6",
+        "mlmt.n=16",
+        "mlmt.m=2",
+        "mlmt.schedule.tH=1",
+        "mlmt.schedule.tL=3",
+        "actor_rollout_ref.actor.optim.lr=1e-2",
+        "hl.actor.optim.lr=1e-2",
     ]
     env = {**os.environ, "RAY_AUTH_MODE": "disabled", "HYDRA_FULL_ERROR": "1"}
     result = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)

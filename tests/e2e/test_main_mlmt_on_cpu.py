@@ -126,9 +126,17 @@ def test_ppo_with_critics_kl_and_confidence_colocated(tiny_models, tmp_path):
     """PPO (gae + a critic per level), β > 0 (reference models), the HL confidence term, colocated placement."""
     out = tmp_path / "run"
     cmd = _command(
-        tiny_models, out, "trainer.total_training_steps=2", "trainer.save_freq=2", "trainer.test_freq=-1",
-        "trainer.val_before_train=false", "mlmt.ll.adv_estimator=gae", "mlmt.hl.adv_estimator=gae",
-        "mlmt.stages.beta_l=[0.1]", "mlmt.stages.beta_h=[0.1]", "mlmt.reward.confidence_lambda=0.5",
+        tiny_models,
+        out,
+        "trainer.total_training_steps=2",
+        "trainer.save_freq=2",
+        "trainer.test_freq=-1",
+        "trainer.val_before_train=false",
+        "mlmt.ll.adv_estimator=gae",
+        "mlmt.hl.adv_estimator=gae",
+        "mlmt.stages.beta_l=[0.1]",
+        "mlmt.stages.beta_h=[0.1]",
+        "mlmt.reward.confidence_lambda=0.5",
         "mlmt.placement=colocated",
     )
     result = subprocess.run(cmd, cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=600)

@@ -17,9 +17,14 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(),
 
 def test_two_steps_with_vllm(tmp_path):
     command = [
-        sys.executable, "-m", "verl.trainer.main_mlmt",
-        f"trainer.default_local_dir={tmp_path}", "trainer.total_training_steps=2", "trainer.logger=[console]",
-        "actor_rollout_ref.rollout.name=vllm", "hl.rollout.name=vllm",
+        sys.executable,
+        "-m",
+        "verl.trainer.main_mlmt",
+        f"trainer.default_local_dir={tmp_path}",
+        "trainer.total_training_steps=2",
+        "trainer.logger=[console]",
+        "actor_rollout_ref.rollout.name=vllm",
+        "hl.rollout.name=vllm",
         "actor_rollout_ref.model.override_config.attn_implementation=sdpa",
         "hl.model.override_config.attn_implementation=sdpa",
     ]

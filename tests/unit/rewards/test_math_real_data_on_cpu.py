@@ -2,16 +2,17 @@
 
 import json
 import os
+from pathlib import Path
 
-import pytest
 from math_verify import verify
 
 from agent_system.rewards import compute_score
 from agent_system.rewards.math_answer import gsm8k_gold, last_boxed_content, normalize_answer
 from agent_system.rewards.math_reward import answers_match, parse_answer, parse_gold
 
-SHARED = os.environ.get("MLMT_SHARED_DATA", "/work/shared/data")
-pytestmark = pytest.mark.skipif(not os.path.isdir(SHARED), reason="shared datasets not available")
+# The benchmark data lives beside the repository (../shared/data); MLMT_SHARED_DATA overrides. Missing data
+# is a failure, not a skip.
+SHARED = os.environ.get("MLMT_SHARED_DATA", str(Path(__file__).resolve().parents[4] / "shared" / "data"))
 
 
 def _rows(relative):
