@@ -18,7 +18,8 @@ setup(
         "ray[default]>=2.47",
         "transformers>=5.5.3,<5.11,!=5.6.0",
         "hydra-core>=1.3,<1.4",
-        "math-verify[antlr4_9_3]>=0.9",
+        "math-verify>=0.9",
+        "antlr4-python3-runtime==4.9.*",  # math-verify's LaTeX parser; the version hydra-core 1.3 pins
         "pandas",
         "pyarrow>=19",
         "tensordict>=0.8,<=0.10.0,!=0.9.0",

@@ -66,7 +66,6 @@ def plot_history(history: list[dict], path: Path) -> str | None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    steps = [h["step"] for h in history]
     fig, (acc_ax, flip_ax) = plt.subplots(1, 2, figsize=(11, 4))
     for key, style in (("train/acc@t1", "-"), ("train/acc@t3", "-"), ("val/acc@t1", "--o"), ("val/acc@t3", "--o")):
         points = [(h["step"], h[key]) for h in history if key in h]
@@ -75,7 +74,9 @@ def plot_history(history: list[dict], path: Path) -> str | None:
     acc_ax.set(xlabel="step", ylabel="accuracy", title="Accuracy at turn 1 and turn 3", ylim=(0, 1))
     acc_ax.legend()
     for key in ("train/delta_i2c", "train/delta_c2i"):
-        flip_ax.plot(steps, [h.get(key, np.nan) for h in history], label=key)
+        points = [(h["step"], h[key]) for h in history if key in h]
+        if points:
+            flip_ax.plot(*zip(*points, strict=True), label=key)
     flip_ax.set(xlabel="step", ylabel="fraction of (attempt, refinement) pairs", title="Flips: i→c and c→i")
     flip_ax.legend()
     fig.tight_layout()

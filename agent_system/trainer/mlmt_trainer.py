@@ -74,6 +74,7 @@ class MLMTTrainer:
         if self.config.trainer.val_before_train and self.global_step == 0 and self.val_frame is not None:
             first_metrics = self.validate()
             self.tracker.log(first_metrics, step=0)
+            self.history.append({"step": 0, **first_metrics})
         last_val = first_metrics
         for step in tqdm(
             range(self.global_step + 1, total + 1),

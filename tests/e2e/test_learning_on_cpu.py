@@ -79,7 +79,6 @@ def test_solver_reward_rises_and_feedback_writer_changes(tiny_models, tmp_path):
     late = sum(_metric(log, s, "train/acc@t1") for s in (9, 10, 11, 12)) / 4
     print(f"turn-1 accuracy: steps 1-4 {early:.3f}, steps 9-12 {late:.3f}")
     assert early < 0.2 and late > early + 0.25, (early, late)
-    assert _metric(log, 12, "val/acc@t1") > _metric(log, 0, "val/acc@t1")
 
     # Every update after a level's first sync scores tokens its server sampled with the synced weights.
     for step, level in ((5, "ll"), (7, "ll"), (11, "ll"), (8, "hl"), (12, "hl")):
