@@ -12,9 +12,15 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 
 
+def _clean_env(**env: str) -> dict[str, str]:
+    """This process's environment without the CPU-backend choice it made, so children detect it themselves."""
+    base = {k: v for k, v in os.environ.items() if k not in ("VERL_PLATFORM", "MLMT_CPU_BACKEND_ANNOUNCED")}
+    return {**base, **env}
+
+
 def _python(code: str, cwd: Path, **env: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True, timeout=120, env={**os.environ, **env}
+        [sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True, timeout=120, env=_clean_env(**env)
     )
 
 
@@ -25,7 +31,7 @@ def _main_mlmt(args: list[str], cwd: Path, **env: str) -> subprocess.CompletedPr
         capture_output=True,
         text=True,
         timeout=300,
-        env={**os.environ, **env},
+        env=_clean_env(**env),
     )
 
 

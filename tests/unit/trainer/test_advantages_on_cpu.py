@@ -20,6 +20,11 @@ KL = np.array([0.5, 2.0, 1.0, 0.0])
 # ---------------------------------------------------------------- per-turn rewards
 
 
+def _advantages(*args, **kwargs) -> torch.Tensor:
+    """The advantages of ``compute_advantages`` (it also returns the returns)."""
+    return adv.compute_advantages(*args, **kwargs)[0]
+
+
 def test_turn1_stage_one_is_kl_penalty_only():
     # −β2·KL, R1 ignored
     np.testing.assert_allclose(adv.turn1_rewards(R1, KL, STAGE_I), [-0.35, -1.4, -0.7, 0.0])
@@ -209,7 +214,7 @@ def _per_row(advantages):
 
 
 def test_grpo_matches_group_normalisation():
-    advantages = adv.compute_advantages("grpo", _token_rewards(), MASK, INDEX, AlgoConfig())
+    advantages = _advantages("grpo", _token_rewards(), MASK, INDEX, AlgoConfig())
     assert advantages.shape == MASK.shape
     # verl normalises with torch.std (unbiased, n − 1) plus epsilon = 1e-6
     eps = 1e-6
@@ -226,36 +231,29 @@ def test_grpo_matches_group_normalisation():
 
 
 def test_grpo_groups_are_independent():
-    base = _per_row(adv.compute_advantages("grpo", _token_rewards(), MASK, INDEX, AlgoConfig()))
+    base = _per_row(_advantages("grpo", _token_rewards(), MASK, INDEX, AlgoConfig()))
     changed_scores = SCORES[:3] + [100.0, -50.0, 7.0]
-    changed = _per_row(adv.compute_advantages("grpo", _token_rewards(changed_scores), MASK, INDEX, AlgoConfig()))
+    changed = _per_row(_advantages("grpo", _token_rewards(changed_scores), MASK, INDEX, AlgoConfig()))
     np.testing.assert_allclose(changed[:3], base[:3], rtol=1e-6)
     assert not np.allclose(changed[3:], base[3:])
 
 
 def test_grpo_uses_omegaconf_algorithm_config():
     config = OmegaConf.create({"gamma": 1.0, "lam": 1.0, "norm_adv_by_std_in_grpo": True})
-    a = adv.compute_advantages("grpo", _token_rewards(), MASK, INDEX, config)
-    b = adv.compute_advantages("grpo", _token_rewards(), MASK, INDEX, AlgoConfig())
+    a = _advantages("grpo", _token_rewards(), MASK, INDEX, config)
+    b = _advantages("grpo", _token_rewards(), MASK, INDEX, AlgoConfig())
     torch.testing.assert_close(a, b)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="compute_advantages does not forward algorithm.norm_adv_by_std_in_grpo to verl's GRPO "
-    "(verl's own compute_advantage passes it explicitly), so Dr.GRPO (no std scaling) is silently ignored",
-)
 def test_grpo_honours_norm_adv_by_std_in_grpo_false():
-    advantages = adv.compute_advantages(
-        "grpo", _token_rewards(), MASK, INDEX, AlgoConfig(norm_adv_by_std_in_grpo=False)
-    )
+    advantages = _advantages("grpo", _token_rewards(), MASK, INDEX, AlgoConfig(norm_adv_by_std_in_grpo=False))
     group_a, group_b = np.array(SCORES[:3]), np.array(SCORES[3:])
     expected = np.concatenate([group_a - group_a.mean(), group_b - group_b.mean()])
     np.testing.assert_allclose(_per_row(advantages), expected, rtol=1e-5)
 
 
 def test_rloo_leave_one_out_baseline():
-    advantages = adv.compute_advantages("rloo", _token_rewards(), MASK, INDEX, AlgoConfig())
+    advantages = _advantages("rloo", _token_rewards(), MASK, INDEX, AlgoConfig())
     scores = np.array(SCORES)
     expected = []
     for i in range(len(scores)):
@@ -273,7 +271,7 @@ def test_reinforce_is_registered_and_broadcasts_the_return():
     token_rewards[3, 1] = -2.0
     token_rewards[4, 3] = 3.0
     token_rewards[5, 3] = 9.0  # outside row 5's response: ignored
-    advantages = adv.compute_advantages("reinforce", token_rewards, MASK, INDEX, AlgoConfig())
+    advantages = _advantages("reinforce", token_rewards, MASK, INDEX, AlgoConfig())
     expected_returns = torch.tensor([1.0, 0.0, 0.0, -2.0, 3.0, 0.0])
     torch.testing.assert_close(advantages, expected_returns[:, None] * MASK.float())
 
@@ -281,8 +279,8 @@ def test_reinforce_is_registered_and_broadcasts_the_return():
 def test_reinforce_has_no_baseline():
     # same scores in a group: GRPO gives 0, REINFORCE keeps the raw return
     scores = [2.0, 2.0, 2.0, 2.0, 2.0, 2.0]
-    grpo = _per_row(adv.compute_advantages("grpo", _token_rewards(scores), MASK, INDEX, AlgoConfig()))
-    reinforce = _per_row(adv.compute_advantages("reinforce", _token_rewards(scores), MASK, INDEX, AlgoConfig()))
+    grpo = _per_row(_advantages("grpo", _token_rewards(scores), MASK, INDEX, AlgoConfig()))
+    reinforce = _per_row(_advantages("reinforce", _token_rewards(scores), MASK, INDEX, AlgoConfig()))
     np.testing.assert_allclose(grpo, np.zeros(6), atol=1e-6)
     np.testing.assert_allclose(reinforce, np.full(6, 2.0))
 
@@ -292,15 +290,17 @@ def test_unknown_estimator_raises():
         adv.compute_advantages("no_such_estimator", _token_rewards(), MASK, INDEX, AlgoConfig())
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=TypeError,
-    reason="validate_config accepts adv_estimator=gae, but compute_advantages calls verl's GAE with index/config "
-    "and without critic values, which raises TypeError",
-)
 def test_every_accepted_estimator_computes():
     from agent_system.trainer.config import ESTIMATORS
 
+    values = torch.zeros(MASK.shape)
     for estimator in ESTIMATORS:
-        advantages = adv.compute_advantages(estimator, _token_rewards(), MASK, INDEX, AlgoConfig())
-        assert advantages.shape == MASK.shape
+        advantages, returns = adv.compute_advantages(
+            estimator, _token_rewards(), MASK, INDEX, AlgoConfig(), values if estimator == "gae" else None
+        )
+        assert advantages.shape == MASK.shape and returns.shape == MASK.shape
+
+
+def test_gae_needs_the_critic_values():
+    with pytest.raises(ValueError, match="critic"):
+        adv.compute_advantages("gae", _token_rewards(), MASK, INDEX, AlgoConfig())

@@ -12,7 +12,7 @@ OVERRIDES = [
     "hl.actor.optim.lr=5e-7",
     "actor_rollout_ref.rollout.dtype=bfloat16",
     "hl.model.path=/models/hl-writer",
-    "hl.actor.ppo_max_token_len_per_gpu=2048",
+    "hl.actor.ppo_max_token_len_per_gpu=1024",
 ]
 
 
@@ -70,14 +70,14 @@ def test_hl_view_puts_the_hl_at_actor_rollout_ref(config):
     view = level_view(config, "hl")
     assert view.actor_rollout_ref.model.path == config.hl.model.path == "/models/hl-writer"
     assert view.actor_rollout_ref.actor.optim.lr == 5e-7
-    assert view.actor_rollout_ref.rollout.response_length == 128  # the HL's, not verl's default
+    assert view.actor_rollout_ref.rollout.response_length == config.hl.rollout.response_length == 48  # the HL's
     assert view.critic.model.path == "/models/hl-writer"  # hl_critic.model.path = ${hl.model.path}
     # verl's interpolations to actor_rollout_ref.* now resolve against the HL's values
-    assert view.actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu == 2048
+    assert view.actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu == 1024
     assert view.actor_rollout_ref.rollout.prompt_length == config.data.max_prompt_length
     # the original is untouched
     assert config.actor_rollout_ref.model.path == "smollm2"
-    assert config.actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu == 4096
+    assert config.actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu == 2048
 
 
 def test_unknown_level_view_raises(config):
