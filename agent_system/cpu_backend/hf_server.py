@@ -203,7 +203,7 @@ class HFRolloutServer:
             max_new_tokens=max(r.max_tokens for r in batch),
             do_sample=do_sample,
             temperature=1.0,
-            top_k=0,  # None would fall back to transformers' default top-k of 50
+            top_k=0 if do_sample else None,  # sampling: None would mean transformers' default top-k of 50
             top_p=1.0,
             eos_token_id=self.eos_token_ids,
             pad_token_id=self.pad_token_id,

@@ -106,7 +106,12 @@ class EpisodeRunner:
             shortened,
         )
 
-    async def _refinement(self, problem: str, attempt: Turn, s: EpisodeSettings, rid: str) -> Refinement:
+    async def solve(self, problem: str, s: EpisodeSettings, request_id: str) -> Turn:
+        """Turn 1: the solver's attempt."""
+        return await self._ll(self.prompts.solve(problem), s, "turn-1 (solve)", request_id, False)
+
+    async def feedback_and_refine(self, problem: str, attempt: Turn, s: EpisodeSettings, rid: str) -> Refinement:
+        """One HL feedback on `attempt`, then the LL refinement that reads it."""
         text, cut = self.prompts.feedback(problem, attempt.text)
         feedback = await self._hl(text, s, "turn-2 (feedback)", f"{rid}/t2", cut)
         text, cut = self.prompts.refine(problem, attempt.text, feedback.text)
@@ -115,8 +120,8 @@ class EpisodeRunner:
 
     async def _attempt(self, index: int, problem: str, j: int, s: EpisodeSettings) -> Attempt:
         rid = f"p{index}/a{j}"
-        attempt = await self._ll(self.prompts.solve(problem), s, "turn-1 (solve)", f"{rid}/t1", False)
-        jobs = [self._refinement(problem, attempt, s, f"{rid}/f{k}") for k in range(s.m)]
+        attempt = await self.solve(problem, s, f"{rid}/t1")
+        jobs = [self.feedback_and_refine(problem, attempt, s, f"{rid}/f{k}") for k in range(s.m)]
         if s.with_reference_refinement:
             text, cut = self.prompts.refine(problem, attempt.text, None)
             jobs.append(self._ll(text, s, "turn-3 (no feedback)", f"{rid}/ref", cut))
