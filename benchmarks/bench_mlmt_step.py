@@ -246,7 +246,7 @@ def main() -> None:
         "trainer.logger=[console]",
     ]
     config = prepare_config(compose_config(overrides), overrides)
-    ray.init(num_cpus=16, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=16, include_dashboard=False, log_to_driver=False)
     try:
         trainer = build_trainer(config)
         results = {"mlmt": [], "single": []}

@@ -24,7 +24,7 @@ def ray_session():
     """One local Ray session for the whole pytest session, always shut down."""
     import ray
 
-    ray.init(num_cpus=16, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
+    ray.init(address="local", num_cpus=16, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
     try:
         yield
     finally:

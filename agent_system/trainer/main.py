@@ -134,9 +134,14 @@ def run_mlmt(config: DictConfig) -> dict:
         runtime_env.setdefault("env_vars", {}).update(
             {"TOKENIZERS_PARALLELISM": "false", "VERL_PLATFORM": os.environ.get("VERL_PLATFORM", "")}
         )
-        ray.init(
-            **{k: v for k, v in ray_init.items() if v is not None}, include_dashboard=False, runtime_env=runtime_env
-        )
+        if os.environ.get("RAY_ADDRESS"):  # an existing cluster (Slurm scripts): its resources are already set
+            ray.init(address=os.environ["RAY_ADDRESS"], runtime_env=runtime_env)
+        else:
+            resources = {k: v for k, v in ray_init.items() if v is not None}
+            # address="local": always a new local instance, never a cluster some `ray start` left on this machine
+            ray.init(address="local", **resources, include_dashboard=False, runtime_env=runtime_env)
+        alive = [node for node in ray.nodes() if node["Alive"]]
+        logger.info("Ray: %d alive node(s), resources %s", len(alive), ray.cluster_resources())
     trainer = None
     try:
         trainer = build_trainer(config)
