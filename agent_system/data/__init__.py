@@ -1,0 +1,1 @@
+"""Dataset preprocessors to verl parquet and the embedded arithmetic dataset."""

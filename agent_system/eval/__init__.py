@@ -1,0 +1,1 @@
+"""Evaluation scripts (multi-turn MATH-500)."""

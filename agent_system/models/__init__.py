@@ -1,0 +1,1 @@
+"""Models: the embedded SmolLM2, tiny test models, model-path resolution."""

@@ -1,0 +1,1 @@
+"""The solve -> feedback -> refine episode and token-exact training rows."""

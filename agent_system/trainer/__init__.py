@@ -1,0 +1,1 @@
+"""The MLMT trainer: config, policy groups, advantages, schedule, checkpoints, the fit loop."""

@@ -101,6 +101,11 @@ def validate_config(config: DictConfig) -> None:
         raise ConfigError(f"mlmt.prompts.overrides: unknown template(s) {sorted(unknown)}; known: {sorted(TEMPLATES)}")
     if mlmt.prompts.max_attempt_chars < 200:
         raise ConfigError(f"mlmt.prompts.max_attempt_chars={mlmt.prompts.max_attempt_chars}: use at least 200")
+    if mlmt.reward.contrastive_reference != "no_feedback":
+        raise ConfigError(
+            f"mlmt.reward.contrastive_reference={mlmt.reward.contrastive_reference!r}: only no_feedback is supported "
+            "(the LL's refinement with no feedback)"
+        )
     if mlmt.reward.confidence_lambda < 0 or mlmt.reward.confidence_clip <= 0:
         raise ConfigError("mlmt.reward.confidence_lambda must be >= 0 and mlmt.reward.confidence_clip > 0")
     if mlmt.placement not in ("split", "colocated"):
