@@ -1,11 +1,12 @@
 """Benchmark: the two-model MLMT step, phase by phase, against a single-model GRPO step with the same token budget.
 
-    python benchmarks/bench_mlmt_step.py [--model tiny|smollm2] [--steps 3] [--batch 2] [--n 2] [--m 2]
+    python benchmarks/bench_mlmt_step.py [--model tiny|smollm2] [--steps 2] [--schedule both|alternate] [--n 2]
 
 Both variants run in one process, interleaved (MLMT, single, MLMT, single, ...), on the same Ray session:
 
-* **MLMT step**: B problems → n attempts (LL) → m feedbacks each (HL) → m refinements (LL) → grading → LL update
-  + weight sync and HL update + weight sync (both levels train every step here, the most expensive schedule).
+* **MLMT step**: B problems → n attempts (LL) → m feedbacks each (HL) → m refinements (LL) → grading → update and
+  weight sync of both levels (``--schedule both``, the most expensive case) or of the level whose turn it is under
+  the default (tH, tL) = (1, 1) schedule (``--schedule alternate``: HL, LL, HL, ...; use an even ``--steps``).
 * **single-model GRPO step**: the LL alone samples as many single-turn responses as the MLMT episode has turns
   (B·n + 2·B·n·m, each with the same token budget as its MLMT counterpart), grades them, and does one GRPO update +
   sync on all of them.
@@ -51,7 +52,7 @@ class Timer:
         return _Span()
 
 
-def mlmt_step(trainer, step: int) -> dict[str, float]:
+def mlmt_step(trainer, step: int, levels: tuple[str, ...] = ("ll", "hl")) -> dict[str, float]:
     timer = Timer()
     with timer("generate"):
         problems = trainer.sampler.next_batch()
@@ -59,7 +60,7 @@ def mlmt_step(trainer, step: int) -> dict[str, float]:
     with timer("reward"):
         scores = trainer.score(problems, episodes)
     _, stage = adv.stage_at(trainer.mlmt.stages, step)
-    for level in ("ll", "hl"):
+    for level in levels:
         with timer("log_prob+advantages"):
             batch = trainer.build_level_batch(level, problems, episodes, scores, stage)
         with timer("update"):
@@ -223,6 +224,12 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=2, help="attempts per problem")
     parser.add_argument("--m", type=int, default=2, help="feedbacks per attempt")
     parser.add_argument("--max-tokens", type=int, default=32, help="LL tokens per turn (HL: 3/4 of it)")
+    parser.add_argument(
+        "--schedule",
+        choices=["both", "alternate"],
+        default="both",
+        help="both levels updated every MLMT step, or the default alternating (1, 1) schedule (use an even --steps)",
+    )
     args = parser.parse_args()
 
     workdir = tempfile.mkdtemp(prefix="bench_mlmt_")
@@ -251,8 +258,10 @@ def main() -> None:
         trainer = build_trainer(config)
         results = {"mlmt": [], "single": []}
         for step in range(1, args.steps + 2):  # step 1 of each variant is a warm-up
-            for name, fn in (("mlmt", mlmt_step), ("single", single_step)):
-                timing = fn(trainer, step)
+            # both: both levels every step; alternate: the default (tH, tL) = (1, 1) schedule (HL, LL, HL, ...)
+            levels = ("ll", "hl") if args.schedule == "both" else (("ll",) if step % 2 else ("hl",))
+            for name in ("mlmt", "single"):
+                timing = mlmt_step(trainer, step, levels) if name == "mlmt" else single_step(trainer, step)
                 if step > 1:
                     results[name].append(timing)
         pipelined, barrier = [], []
@@ -268,15 +277,15 @@ def main() -> None:
 
     phases = ["generate", "reward", "log_prob+advantages", "update", "sync"]
     print(
-        f"model={args.model} B={args.batch} n={args.n} m={args.m} max_tokens={args.max_tokens} "
-        f"steps={args.steps} (median seconds per step)"
+        f"model={args.model} schedule={args.schedule} B={args.batch} n={args.n} m={args.m} "
+        f"max_tokens={args.max_tokens} steps={args.steps} (mean seconds per step)"
     )
     print(f"{'phase':<22}{'MLMT (2 models)':>18}{'single GRPO':>14}")
     totals = {}
     for name in results:
-        totals[name] = statistics.median(sum(t.values()) for t in results[name])
+        totals[name] = statistics.mean(sum(t.values()) for t in results[name])
     for phase in phases:
-        values = [statistics.median(t.get(phase, 0.0) for t in results[name]) for name in ("mlmt", "single")]
+        values = [statistics.mean(t.get(phase, 0.0) for t in results[name]) for name in ("mlmt", "single")]
         print(f"{phase:<22}{values[0]:>18.2f}{values[1]:>14.2f}")
     print(f"{'total':<22}{totals['mlmt']:>18.2f}{totals['single']:>14.2f}")
     print(f"ratio MLMT / single-model step: {totals['mlmt'] / totals['single']:.3f} (target <= 1.15)")
