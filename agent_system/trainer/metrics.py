@@ -65,6 +65,7 @@ def plot_history(history: list[dict], path: Path) -> str | None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     fig, (acc_ax, flip_ax) = plt.subplots(1, 2, figsize=(11, 4))
     for key, style in (("train/acc@t1", "-"), ("train/acc@t3", "-"), ("val/acc@t1", "--o"), ("val/acc@t3", "--o")):
@@ -79,6 +80,8 @@ def plot_history(history: list[dict], path: Path) -> str | None:
             flip_ax.plot(*zip(*points, strict=True), label=key)
     flip_ax.set(xlabel="step", ylabel="fraction of (attempt, refinement) pairs", title="Flips: i→c and c→i")
     flip_ax.legend()
+    for axis in (acc_ax, flip_ax):
+        axis.xaxis.set_major_locator(MaxNLocator(integer=True))
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100)
