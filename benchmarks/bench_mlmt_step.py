@@ -30,9 +30,11 @@ import ray
 
 from agent_system.multi_turn_rollout.batch import build_rows
 from agent_system.multi_turn_rollout.episode import EpisodeSettings
+from agent_system.prompts.templates import encode_prompt
 from agent_system.trainer import advantages as adv
 from agent_system.trainer.config import compose_config
 from agent_system.trainer.main import build_trainer, prepare_config
+from agent_system.trainer.mlmt_trainer import reward_item
 
 
 class Timer:
@@ -81,41 +83,24 @@ def single_step(trainer, step: int) -> dict[str, float]:
         budgets = [config.data.max_response_length] * (1 + 2 * mlmt.m)
         budgets[1 : 1 + mlmt.m] = [config.hl.rollout.response_length] * mlmt.m  # as many tokens as the HL turns
         jobs = [(i, j, budget) for i in range(len(texts)) for j in range(mlmt.n) for budget in budgets]
+        prompt_ids = [
+            encode_prompt(tokenizer, prompts.solve(text), config.data.max_prompt_length, "solve") for text in texts
+        ]
 
         async def sample():
-            from agent_system.prompts.templates import encode_prompt
+            temperature = config.actor_rollout_ref.rollout.temperature
+            calls = [ll.generate(prompt_ids[i], budget, temperature, f"{i}/{j}") for i, j, budget in jobs]
+            return await asyncio.gather(*calls)
 
-            calls = []
-            for i, j, budget in jobs:
-                ids = encode_prompt(tokenizer, prompts.solve(texts[i]), config.data.max_prompt_length, "solve")
-                calls.append(ll.generate(ids, budget, config.actor_rollout_ref.rollout.temperature, f"{i}/{j}"))
-            return ids, await asyncio.gather(*calls)
-
-        outputs = asyncio.run(sample())[1]
+        outputs = asyncio.run(sample())
     with timer("reward"):
         items = [
-            {
-                "data_source": problems[i]["data_source"],
-                "solution_str": tokenizer.decode(o.token_ids),
-                "ground_truth": problems[i]["reward_model"]["ground_truth"],
-                "extra_info": {},
-            }
+            reward_item(problems[i], tokenizer.decode(o.token_ids, skip_special_tokens=True))
             for (i, _, _), o in zip(jobs, outputs, strict=True)
         ]
         rewards = np.array([r["score"] for r in trainer.reward_pool.score(items)])
     with timer("log_prob+advantages"):
-        prompt_rows = [
-            prompts_ids
-            for prompts_ids in (
-                tokenizer.apply_chat_template(
-                    [{"role": "user", "content": prompts.solve(texts[i])}],
-                    add_generation_prompt=True,
-                    tokenize=True,
-                    return_dict=True,
-                )["input_ids"]
-                for i, _, _ in jobs
-            )
-        ]
+        prompt_rows = [prompt_ids[i] for i, _, _ in jobs]
         batch = build_rows(
             prompt_rows,
             [o.token_ids or [0] for o in outputs],

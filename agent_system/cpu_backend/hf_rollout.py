@@ -18,7 +18,7 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from agent_system.cpu_backend.hf_server import HFRolloutServer
+from agent_system.cpu_backend.hf_server import HFRolloutServer, stop_tokens
 from agent_system.verl_compat import BaseRollout, RolloutReplica
 
 logger = logging.getLogger(__name__)
@@ -40,27 +40,16 @@ def _check_world_size(config: Any) -> None:
 
 
 def _server_init_args(config: Any, model_config: Any, replica_rank: int) -> dict[str, Any]:
-    from transformers import AutoTokenizer, GenerationConfig
+    from transformers import AutoTokenizer
 
     path = model_config.path if hasattr(model_config, "path") else model_config["path"]
     tokenizer_path = getattr(model_config, "tokenizer_path", None) or path
-    tokenizer = AutoTokenizer.from_pretrained(tokenizer_path, trust_remote_code=False)
-    eos = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
-    try:
-        generation_eos = GenerationConfig.from_pretrained(path).eos_token_id
-        eos |= set(generation_eos if isinstance(generation_eos, list) else [generation_eos]) - {None}
-    except OSError:
-        logger.debug("no generation_config.json in %s", path)
-    if not eos:
-        raise ValueError(
-            f"rollout.name=hf: the tokenizer at {tokenizer_path} has no eos token; generation could not stop"
-        )
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(eos)
+    eos, pad = stop_tokens(path, AutoTokenizer.from_pretrained(tokenizer_path, trust_remote_code=False))
     max_model_len = config.max_model_len or (config.prompt_length + config.response_length)
     return {
         "model_path": path,
         "dtype": config.dtype,
-        "eos_token_ids": sorted(eos),
+        "eos_token_ids": eos,
         "pad_token_id": pad,
         "max_model_len": max_model_len,
         "default_max_tokens": config.response_length,

@@ -29,7 +29,7 @@ from typing import Any
 import pandas as pd
 from tqdm import tqdm
 
-from agent_system.cpu_backend.hf_server import HFRolloutServer
+from agent_system.cpu_backend.hf_server import HFRolloutServer, stop_tokens
 from agent_system.multi_turn_rollout.episode import EpisodeRunner, EpisodeSettings
 from agent_system.prompts.templates import PromptBuilder
 
@@ -52,8 +52,7 @@ def load_policy(path: str, max_model_len: int, batch_size: int) -> tuple[LocalPo
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(path)
-    eos = [tokenizer.eos_token_id]
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    eos, pad = stop_tokens(path, tokenizer)
     server = HFRolloutServer(path, "float32", eos, pad, max_model_len, 512, {"max_batch_size": batch_size})
     return LocalPolicy(server), tokenizer
 

@@ -15,7 +15,7 @@ from omegaconf import DictConfig
 from verl import DataProto
 
 from agent_system import verl_compat as vc
-from agent_system.trainer.policy import flatten_metrics, largest_divisor_at_most
+from agent_system.trainer.policy import flatten_metrics, largest_divisor_at_most, to_padding_free
 
 
 class CriticGroup:
@@ -50,9 +50,7 @@ class CriticGroup:
         self.worker_group.set_loss_fn(partial(vc.value_loss, config=self.critic_config))
 
     def _tensordict(self, batch: DataProto, **meta: Any):
-        td = vc.left_right_2_no_padding(batch.to_tensordict())
-        vc.tensordict_utils.assign_non_tensor(td, temperature=self.temperature, **meta)
-        return td
+        return to_padding_free(batch, temperature=self.temperature, **meta)
 
     def compute_values(self, batch: DataProto) -> torch.Tensor:
         """Value estimates of every response position, (B, R)."""

@@ -51,10 +51,15 @@ def prepare_config(config: DictConfig, user_overrides: list[str]) -> DictConfig:
         )
     config = apply_hardware_overlay(config, user_overrides)
     with open_dict(config):
-        for key in ("actor_rollout_ref.model.path", "hl.model.path"):
+        # A critic's path defaults to its policy's (${...} in the YAML) but may be set on its own: resolve it too.
+        keys = ["actor_rollout_ref.model.path", "hl.model.path"]
+        keys += [
+            f"{critic}.model.path"
+            for level, critic in (("ll", "critic"), ("hl", "hl_critic"))
+            if config.mlmt[level].adv_estimator == "gae"
+        ]
+        for key in keys:
             OmegaConf.update(config, key, resolve_model_path(OmegaConf.select(config, key), key))
-        config.critic.model.path = config.actor_rollout_ref.model.path
-        config.hl_critic.model.path = config.hl.model.path
         if not config.data.train_files:
             dataset = config.mlmt.dataset
             train, val = ensure_default_dataset(

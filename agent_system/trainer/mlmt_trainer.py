@@ -58,7 +58,6 @@ class MLMTTrainer:
         self.ckpt_dir = self.out_dir / "checkpoints"
         self.global_step = 0
         self.history: list[dict] = []
-        self.probe: DataProto | None = None  # fixed rows whose log-probs prove a resume restored the weights
         self.tracker = vc.Tracking(
             project_name=config.trainer.project_name,
             experiment_name=config.trainer.experiment_name,
@@ -142,7 +141,7 @@ class MLMTTrainer:
                 turns = [attempt.attempt] + [r.refinement for r in attempt.refinements]
                 if attempt.no_feedback_refinement is not None:
                     turns.append(attempt.no_feedback_refinement)
-                items += [_reward_item(row, t.text) for t in turns]
+                items += [reward_item(row, t.text) for t in turns]
         flat = np.array([r["score"] for r in self.reward_pool.score(items)], dtype=np.float64)
         width = 1 + shape_m + (1 if episodes[0].attempts[0].no_feedback_refinement is not None else 0)
         grid = flat.reshape(len(episodes), shape_n, width)
@@ -225,30 +224,36 @@ class MLMTTrainer:
         return metrics
 
     def confidence_terms(self, problems, episodes: list[Episode], rows: dict[str, list]) -> np.ndarray:
-        """Per HL row: λ·clip(mean log p_LL(y*|x,z,g) − mean log p_LL(y*|x,z)), y* = the dataset's reference."""
+        """Per HL row: λ·clip(mean log p_LL(y*|x,z,g) − mean log p_LL(y*|x,z)), y* = the dataset's reference.
+
+        The prompt with feedback is the turn-3 prompt the LL already saw; the one without feedback and the tokenized
+        reference are built once per attempt and per problem. Both sets are scored in one ``compute_log_prob``.
+        """
         from agent_system.prompts.templates import encode_prompt
 
         tokenizer, prompts = self.tokenizers["ll"], self.runner.prompts
         limit, budget = self.config.data.max_response_length, self.config.data.max_prompt_length
+        references, no_feedback = {}, {}
         with_feedback, without_feedback, targets = [], [], []
         for i, j, k in zip(rows["problem"], rows["attempt"], rows["feedback"], strict=True):
-            episode, row = episodes[i], problems[i]
-            attempt = episode.attempts[j]
-            reference = (row.get("extra_info") or {}).get("reference_solution") or ""
-            targets.append(tokenizer(reference, add_special_tokens=False)["input_ids"][:limit] or [0])
-            text, _ = prompts.refine(episode.problem, attempt.attempt.text, attempt.refinements[k].feedback.text)
-            with_feedback.append(encode_prompt(tokenizer, text, budget, "confidence (with feedback)"))
-            text, _ = prompts.refine(episode.problem, attempt.attempt.text, None)
-            without_feedback.append(encode_prompt(tokenizer, text, budget, "confidence (no feedback)"))
-        pad = tokenizer.pad_token_id
-        mean_logp = []
-        for prompt_rows in (with_feedback, without_feedback):
-            batch = build_rows(prompt_rows, targets, pad)
-            log_probs, _ = self.groups["ll"].compute_log_prob(batch)  # (N, R)
-            mask = batch.batch["response_mask"].float()
-            mean_logp.append(((log_probs * mask).sum(-1) / mask.sum(-1)).numpy())
-        reward = self.mlmt.reward
-        return adv.confidence_bonus(mean_logp[0], mean_logp[1], reward.confidence_lambda, reward.confidence_clip)
+            episode, attempt = episodes[i], episodes[i].attempts[j]
+            if i not in references:
+                reference = (problems[i].get("extra_info") or {}).get("reference_solution") or ""
+                references[i] = tokenizer(reference, add_special_tokens=False)["input_ids"][:limit] or [0]
+            if (i, j) not in no_feedback:
+                text, _ = prompts.refine(episode.problem, attempt.attempt.text, None)
+                no_feedback[i, j] = encode_prompt(tokenizer, text, budget, "confidence (no feedback)")
+            targets.append(references[i])
+            with_feedback.append(attempt.refinements[k].refinement.prompt_ids)
+            without_feedback.append(no_feedback[i, j])
+        batch = build_rows(with_feedback + without_feedback, targets + targets, tokenizer.pad_token_id)
+        log_probs, _ = self.groups["ll"].compute_log_prob(batch)  # (2N, R)
+        mask = batch.batch["response_mask"].float()
+        mean_logp = ((log_probs * mask).sum(-1) / mask.sum(-1)).numpy()  # (2N,)
+        reward, count = self.mlmt.reward, len(targets)
+        return adv.confidence_bonus(
+            mean_logp[:count], mean_logp[count:], reward.confidence_lambda, reward.confidence_clip
+        )
 
     def validate(self) -> dict[str, float]:
         """The same three-turn episode and prompts as training, greedy, over the validation set.
@@ -344,7 +349,8 @@ class MLMTTrainer:
         return result
 
 
-def _reward_item(row: dict, text: str) -> dict:
+def reward_item(row: dict, text: str) -> dict:
+    """One `RewardPool` item: a response to grade against a dataset row (verl parquet schema)."""
     return {
         "data_source": row["data_source"],
         "solution_str": text,

@@ -73,10 +73,8 @@ class PolicyGroup:
 
     # ---------------------------------------------------------------- training-side computations
     def _to_tensordict(self, batch: DataProto, **meta: Any):
-        td = vc.left_right_2_no_padding(batch.to_tensordict())
         # log-probs are of softmax(logits / T), the distribution the rollout sampled from
-        vc.tensordict_utils.assign_non_tensor(td, temperature=self.config.rollout.temperature, **meta)
-        return td
+        return to_padding_free(batch, temperature=self.config.rollout.temperature, **meta)
 
     def compute_log_prob(self, batch: DataProto) -> tuple[torch.Tensor, torch.Tensor]:
         """Actor log-probs and entropies of the responses, each (B, R)."""
@@ -121,6 +119,13 @@ class PolicyGroup:
 
     def load_checkpoint(self, path: str) -> None:
         self.worker_group.load_checkpoint(path, None, False)
+
+
+def to_padding_free(batch: DataProto, **meta: Any) -> Any:
+    """verl's padding-free ``TensorDict`` of ``batch`` with ``meta`` attached, as verl's workers take it."""
+    td = vc.left_right_2_no_padding(batch.to_tensordict())
+    vc.tensordict_utils.assign_non_tensor(td, **meta)
+    return td
 
 
 def largest_divisor_at_most(total: int, limit: int) -> int:

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -79,25 +81,31 @@ def test_help_lists_the_config(tmp_path):
         assert key in result.stdout, key
 
 
-def test_gpu_platform_without_gpu_is_a_clear_error(tmp_path):
-    result = _main_mlmt([], tmp_path, VERL_PLATFORM="nvidia")
+@pytest.mark.parametrize(
+    ("args", "env", "message"),
+    [
+        pytest.param(
+            [],
+            {"VERL_PLATFORM": "nvidia"},
+            "no GPU is visible and the CPU backend is not active",
+            id="gpu-platform-without-gpu",
+        ),
+        pytest.param(
+            ["actor_rollout_ref.model.path=/nonexistent/model"],
+            {},
+            "actor_rollout_ref.model.path=/nonexistent/model: no such folder",
+            id="missing-model-path",
+        ),
+        pytest.param(
+            ["hl.model.path=someorg/somemodel"],
+            {"HF_HUB_OFFLINE": "1"},
+            "hl.model.path=someorg/somemodel looks like a Hugging Face hub name",
+            id="hub-name-offline",
+        ),
+        pytest.param(["mlmt.m=1"], {}, "mlmt.hl.adv_estimator=grpo groups the m feedbacks", id="invalid-config"),
+    ],
+)
+def test_bad_environment_is_one_clear_error(tmp_path, args, env, message):
+    result = _main_mlmt(args, tmp_path, **env)
     assert result.returncode != 0
-    assert "no GPU is visible and the CPU backend is not active" in result.stdout + result.stderr
-
-
-def test_missing_model_path_is_a_clear_error(tmp_path):
-    result = _main_mlmt(["actor_rollout_ref.model.path=/nonexistent/model"], tmp_path)
-    assert result.returncode != 0
-    assert "actor_rollout_ref.model.path=/nonexistent/model: no such folder" in result.stdout + result.stderr
-
-
-def test_hub_name_offline_is_a_clear_error(tmp_path):
-    result = _main_mlmt(["hl.model.path=someorg/somemodel"], tmp_path, HF_HUB_OFFLINE="1")
-    assert result.returncode != 0
-    assert "hl.model.path=someorg/somemodel looks like a Hugging Face hub name" in result.stdout + result.stderr
-
-
-def test_invalid_config_is_rejected_at_start_up(tmp_path):
-    result = _main_mlmt(["mlmt.m=1"], tmp_path)
-    assert result.returncode != 0
-    assert "mlmt.hl.adv_estimator=grpo groups the m feedbacks" in result.stdout + result.stderr
+    assert message in result.stdout + result.stderr
