@@ -3,7 +3,9 @@
     python -m agent_system.models.tiny --out /tmp/tiny-qwen2 [--seed 0]
 
 The tokenizer is trained on a small built-in corpus (arithmetic, chat words, LaTeX, Python) and uses ChatML
-(``<|im_start|>`` / ``<|im_end|>``), with ``<|im_end|>`` as eos and a separate pad token.
+(``<|im_start|>`` / ``<|im_end|>``), with ``<|im_end|>`` as eos and a separate pad token, or, with
+``pad_token=False``, no pad token anywhere (tokenizer, model config, generation config), as Llama-3.x ships.
+Attention heads have head_dim 64, the smallest size vLLM's CPU attention supports.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ def _corpus(seed: int) -> list[str]:
     return lines
 
 
-def build_tiny_tokenizer(out_dir: str | os.PathLike, vocab_size: int = 512, seed: int = 0):
+def build_tiny_tokenizer(out_dir: str | os.PathLike, vocab_size: int = 512, seed: int = 0, pad_token: bool = True):
     """Train and save a byte-level BPE chat tokenizer; returns the ``PreTrainedTokenizerFast``."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
@@ -60,7 +62,7 @@ def build_tiny_tokenizer(out_dir: str | os.PathLike, vocab_size: int = 512, seed
         tokenizer_object=tokenizer,
         bos_token=None,
         eos_token="<|im_end|>",
-        pad_token="<|endoftext|>",
+        pad_token="<|endoftext|>" if pad_token else None,
         unk_token=None,
     )
     wrapped.chat_template = CHAT_TEMPLATE
@@ -72,11 +74,15 @@ def build_tiny_tokenizer(out_dir: str | os.PathLike, vocab_size: int = 512, seed
 def build_tiny_model(
     out_dir: str | os.PathLike,
     seed: int = 0,
-    hidden_size: int = 64,
+    hidden_size: int = 128,
     num_layers: int = 2,
     vocab_size: int = 512,
+    pad_token: bool = True,
 ) -> str:
-    """Build a random tiny Qwen2 causal LM with its tokenizer in ``out_dir`` (idempotent); returns the path."""
+    """Build a random tiny Qwen2 causal LM with its tokenizer in ``out_dir`` (idempotent); returns the path.
+
+    ``hidden_size`` / 64 attention heads (head_dim 64); ``pad_token=False`` leaves the pad token unset everywhere.
+    """
     import torch
     from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
 
@@ -84,14 +90,15 @@ def build_tiny_model(
     if (out / "config.json").is_file() and (out / "tokenizer.json").is_file():
         return str(out)
     out.mkdir(parents=True, exist_ok=True)
-    tokenizer = build_tiny_tokenizer(out, vocab_size=vocab_size, seed=seed)
+    tokenizer = build_tiny_tokenizer(out, vocab_size=vocab_size, seed=seed, pad_token=pad_token)
+    heads = max(hidden_size // 64, 1)
     config = Qwen2Config(
         vocab_size=len(tokenizer),
         hidden_size=hidden_size,
         intermediate_size=hidden_size * 2,
         num_hidden_layers=num_layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
+        num_attention_heads=heads,
+        num_key_value_heads=heads,
         max_position_embeddings=2048,
         tie_word_embeddings=False,
         eos_token_id=tokenizer.eos_token_id,
@@ -110,9 +117,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True, help="output folder (Hugging Face format)")
     parser.add_argument("--seed", type=int, default=0, help="weight and tokenizer-corpus seed")
+    parser.add_argument("--vocab-size", type=int, default=512, help="BPE vocabulary size")
+    parser.add_argument("--no-pad-token", action="store_true", help="no pad token anywhere (Llama-3.x style)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO)
-    build_tiny_model(args.out, seed=args.seed)
+    build_tiny_model(args.out, seed=args.seed, vocab_size=args.vocab_size, pad_token=not args.no_pad_token)
 
 
 if __name__ == "__main__":
