@@ -1,12 +1,22 @@
-"""Per-turn scalar rewards (DESIGN.md §5), their GRPO group keys, and advantages from verl's estimator registry.
+"""Per-turn task rewards (DESIGN.md §5), their GRPO group keys, advantages from verl's estimator registry, and the
+β·KL terms applied after the estimator.
 
 Pure functions over tensors and lists: unit-tested without Ray.
 
-Rewards, placed on the last response token of each row (KL = Σ_t (log π − log π_ref) over the row's response):
+Task rewards, placed on the last response token of each row and turned into advantages by the level's estimator
+(group-normalised for grpo):
 
-    turn 1 (LL)   stage I: −β2·KL                 stage II: R1 − β1·KL
-    turn 3 (LL)   stage I: R3 − β_L·KL            stage II: R3 + α(R3 − R1) − β_L·KL
-    turn 2 (HL)   S2 − β_H·KL,  S2 = R3 | R3 + α(R3 − R1) | (1+λ)R3 − λ·R_ref   (+ optional confidence term)
+    turn 1 (LL)   stage I: 0                      stage II: R1
+    turn 3 (LL)   stage I: R3                     stage II: R3 + α(R3 − R1)
+    turn 2 (HL)   S2,  S2 = R3 | R3 + α(R3 − R1) (stage II only) | (1+λ)R3 − λ·R_ref   (+ optional confidence term)
+
+KL terms, subtracted from every response token's advantage **after** the estimator, so their effect is proportional
+to β whatever the group's reward spread (KL = Σ_t (log π − log π_ref) over the row's response):
+
+    turn 1: stage I −β2·KL, stage II −β1·KL;   turn 3: −β_L·KL;   turn 2: −β_H·KL
+
+Since ∇ E[KL(y)] = E[KL(y) ∇ log π(y)] (plus a zero-mean term), −β·KL(y) as a per-row advantage is the REINFORCE
+gradient of −β·KL(π ‖ π_ref): it pulls the turn toward the reference with a strength proportional to β.
 
 Groups (nested, so GRPO is meaningful at both levels): turn-1 rows by problem; turn-3 rows by problem (or by
 attempt); HL rows by the attempt they critique (the m feedbacks on one z).
@@ -34,8 +44,12 @@ class Stage:
 
 
 def stage_at(stages_config, step: int) -> tuple[int, Stage]:
-    """Index and coefficients of the stage active at 1-based training ``step``."""
-    index = max(i for i, start in enumerate(stages_config.schedule) if start <= step - 1)
+    """Index and coefficients of the stage active at 1-based training ``step``.
+
+    Stage i is active from global step ``schedule[i]`` on (the original switches at ``global_step == step``):
+    with ``schedule: [0, 3]`` steps 1-2 run stage 0 and step 3 runs stage 1.
+    """
+    index = max(i for i, start in enumerate(stages_config.schedule) if start <= step)
     return index, Stage(
         stage_id=int(stages_config.stage_ids[index]),
         beta1=float(stages_config.beta1[index]),
@@ -46,35 +60,70 @@ def stage_at(stages_config, step: int) -> tuple[int, Stage]:
     )
 
 
-def turn1_rewards(r1: np.ndarray, kl: np.ndarray, stage: Stage) -> np.ndarray:
+def turn1_task_rewards(r1: np.ndarray, stage: Stage) -> np.ndarray:
+    """Turn-1 task reward: none in stage I (the turn only gets −β2·KL), R1 in stage II."""
     if stage.stage_id == 1:
-        return -stage.beta2 * kl
-    return r1 - stage.beta1 * kl
+        return np.zeros_like(r1, dtype=np.float64)
+    return r1.astype(np.float64)
 
 
-def turn3_rewards(r1_of_attempt: np.ndarray, r3: np.ndarray, kl: np.ndarray, stage: Stage) -> np.ndarray:
-    reward = r3 - stage.beta_l * kl
+def turn3_task_rewards(r1_of_attempt: np.ndarray, r3: np.ndarray, stage: Stage) -> np.ndarray:
+    """Turn-3 task reward: R3, plus the progress bonus α(R3 − R1) in stage II."""
+    reward = r3.astype(np.float64)
     if stage.stage_id == 2:
         reward = reward + stage.alpha * (r3 - r1_of_attempt)
     return reward
+
+
+def kl_coefficients(turn: np.ndarray, stage: Stage) -> np.ndarray:
+    """β of each row by turn: turn 1 β2 (stage I) or β1 (stage II), turn 2 β_H, turn 3 β_L."""
+    beta_turn1 = stage.beta2 if stage.stage_id == 1 else stage.beta1
+    betas = {1: beta_turn1, 2: stage.beta_h, 3: stage.beta_l}
+    return np.array([betas[int(t)] for t in turn], dtype=np.float64)
+
+
+def apply_kl_penalty(
+    advantages: torch.Tensor, kl: np.ndarray, betas: np.ndarray, response_mask: torch.Tensor
+) -> tuple[torch.Tensor, np.ndarray]:
+    """Subtract β·KL of each row from every response token's advantage, after the estimator (see module docstring).
+
+    Args:
+        advantages: (B, R) advantages of the task rewards.
+        kl: (B,) sequence KL of each row to the reference.
+        betas: (B,) KL coefficient of each row.
+        response_mask: (B, R).
+
+    Returns:
+        The shaped advantages (B, R) and the per-row penalty β·KL (B,).
+    """
+    penalty = betas * kl
+    shaped = advantages - torch.as_tensor(penalty, dtype=advantages.dtype)[:, None] * response_mask.to(advantages.dtype)
+    return shaped, penalty
 
 
 def hl_scores(
     r1_of_attempt: np.ndarray,
     r3: np.ndarray,
     mode: str,
-    alpha: float,
+    stage: Stage,
     contrastive_lambda: float,
     r_ref: np.ndarray | None,
 ) -> np.ndarray:
-    """S2, the HL's task score for each feedback."""
+    """S2, the HL's task score for each feedback.
+
+    ``progress`` adds α(R3 − R1) in stage II only (as on turn 3). ``contrastive`` needs ``r_ref``, the reference
+    solver's score for each feedback row (a lagged LL snapshot refining from the same prompt) or for its attempt
+    (the LL's refinement with no feedback).
+    """
     if mode == "r3":
         return r3.astype(np.float64)
     if mode == "progress":
-        return r3 + alpha * (r3 - r1_of_attempt)
+        if stage.stage_id != 2:
+            return r3.astype(np.float64)
+        return r3 + stage.alpha * (r3 - r1_of_attempt)
     if mode == "contrastive":
         if r_ref is None:
-            raise ValueError("hl_reward=contrastive needs the no-feedback reference refinements' scores")
+            raise ValueError("hl_reward=contrastive needs the reference refinements' scores (R_ref)")
         return (1 + contrastive_lambda) * r3 - contrastive_lambda * r_ref
     raise ValueError(f"unknown hl_reward {mode!r}")
 
@@ -148,3 +197,74 @@ def compute_advantages(
     return fn(
         token_level_rewards=token_level_rewards, response_mask=response_mask, index=index, config=config, **kwargs
     )
+
+
+@dataclass
+class LevelAdvantages:
+    """What :func:`level_advantages` computes for one level's rows."""
+
+    advantages: torch.Tensor  # (B, R) task advantages minus β·KL
+    returns: torch.Tensor  # (B, R) returns of the task rewards (the critic's targets with gae)
+    task_rewards: np.ndarray  # (B,) per-row task reward before the estimator
+    kl_penalty: np.ndarray  # (B,) β·KL subtracted from each row's advantages
+    r3_advantages: torch.Tensor | None  # HL only: the advantages S2 = R3 would give (how much S2 changes them)
+
+
+def reference_scores(scores: dict[str, np.ndarray], problem, attempt, feedback) -> np.ndarray | None:
+    """R_ref of each HL row: per feedback (lagged snapshot, (B, n, m)) or per attempt (no feedback, (B, n))."""
+    if "r_ref" not in scores:
+        return None
+    r_ref = scores["r_ref"]
+    return r_ref[problem, attempt, feedback] if r_ref.ndim == 3 else r_ref[problem, attempt]
+
+
+def level_advantages(
+    level: str,
+    rows: dict[str, list],
+    scores: dict[str, np.ndarray],
+    kl: np.ndarray,
+    stage: Stage,
+    mlmt,
+    algorithm,
+    response_mask: torch.Tensor,
+    values: torch.Tensor | None = None,
+    hl_extra: np.ndarray | None = None,
+) -> LevelAdvantages:
+    """Task rewards → the level's estimator over its groups → minus β·KL: the advantages the level is updated with.
+
+    Args:
+        level: "ll" (turn-1 and turn-3 rows) or "hl" (turn-2 rows).
+        rows: per-row ``problem``, ``attempt``, ``feedback`` and ``turn`` indices.
+        scores: ``r1`` (B, n), ``r3`` (B, n, m) and, for the contrastive HL reward, ``r_ref``.
+        kl: (N,) sequence KL of each row to the level's reference (zeros without a reference model).
+        stage: the active stage's coefficients.
+        mlmt: the ``mlmt`` config section (estimators, grouping, HL reward).
+        algorithm: verl's ``algorithm`` section.
+        response_mask: (N, R).
+        values: (N, R) critic values for ``gae``.
+        hl_extra: (N,) extra HL score (the confidence term), added to S2.
+    """
+    problem, attempt = np.asarray(rows["problem"]), np.asarray(rows["attempt"])
+    feedback, turn = np.asarray(rows["feedback"]), np.asarray(rows["turn"])
+    r1 = scores["r1"][problem, attempt]
+    r3 = scores["r3"][problem, attempt, feedback]
+    r3_advantages = None
+    if level == "ll":
+        task = np.where(turn == 1, turn1_task_rewards(r1, stage), turn3_task_rewards(r1, r3, stage))
+    else:
+        reward, r_ref = mlmt.reward, reference_scores(scores, problem, attempt, feedback)
+        task = hl_scores(r1, r3, reward.hl_reward, stage, reward.contrastive_lambda, r_ref)
+        if hl_extra is not None:
+            task = task + hl_extra
+    index = group_keys(problem.tolist(), attempt.tolist(), turn.tolist(), mlmt.ll.turn3_group_by)
+    estimator = mlmt[level].adv_estimator
+
+    def estimate(rewards: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        token_rewards = place_on_last_token(rewards, response_mask)
+        return compute_advantages(estimator, token_rewards, response_mask, index, algorithm, values)
+
+    advantages, returns = estimate(task)
+    if level == "hl":
+        r3_advantages = estimate(r3.astype(np.float64))[0]
+    advantages, penalty = apply_kl_penalty(advantages, kl, kl_coefficients(turn, stage), response_mask)
+    return LevelAdvantages(advantages, returns, task, penalty, r3_advantages)

@@ -21,6 +21,8 @@ CPU_OVERLAY = CONFIG_DIR / "overlays" / "cpu.yaml"
 LEVELS = ("ll", "hl")
 ESTIMATORS = ("grpo", "rloo", "reinforce", "reinforce_plus_plus", "gae")
 HL_REWARDS = ("r3", "progress", "contrastive")
+CONTRASTIVE_REFERENCES = ("lagged_snapshot", "no_feedback")
+GROUP_ESTIMATORS = ("grpo", "rloo")  # baselines from the row's own group: a term constant in the group cancels
 
 
 class ConfigError(ValueError):
@@ -101,11 +103,13 @@ def validate_config(config: DictConfig) -> None:
         raise ConfigError(f"mlmt.prompts.overrides: unknown template(s) {sorted(unknown)}; known: {sorted(TEMPLATES)}")
     if mlmt.prompts.max_attempt_chars < 200:
         raise ConfigError(f"mlmt.prompts.max_attempt_chars={mlmt.prompts.max_attempt_chars}: use at least 200")
-    if mlmt.reward.contrastive_reference != "no_feedback":
+    if mlmt.reward.contrastive_reference not in CONTRASTIVE_REFERENCES:
         raise ConfigError(
-            f"mlmt.reward.contrastive_reference={mlmt.reward.contrastive_reference!r}: only no_feedback is supported "
-            "(the LL's refinement with no feedback)"
+            f"mlmt.reward.contrastive_reference={mlmt.reward.contrastive_reference!r}: choose one of "
+            f"{CONTRASTIVE_REFERENCES}"
         )
+    if mlmt.reward.reg_gap < 1:
+        raise ConfigError(f"mlmt.reward.reg_gap={mlmt.reward.reg_gap}: the snapshot refresh period must be >= 1")
     if mlmt.reward.confidence_lambda < 0 or mlmt.reward.confidence_clip <= 0:
         raise ConfigError("mlmt.reward.confidence_lambda must be >= 0 and mlmt.reward.confidence_clip > 0")
     if mlmt.placement not in ("split", "colocated"):
@@ -125,16 +129,80 @@ def validate_config(config: DictConfig) -> None:
         raise ConfigError(f"mlmt.stages.schedule must start at 0 and increase (got {list(stages.schedule)})")
     if any(s not in (1, 2) for s in stages.stage_ids):
         raise ConfigError(f"mlmt.stages.stage_ids must contain 1 or 2 (got {list(stages.stage_ids)})")
-    uses_kl = any(b > 0 for key in ("beta1", "beta2", "beta_l", "beta_h") for b in stages[key])
-    if uses_kl and (mlmt.ll.freeze or mlmt.hl.freeze):
-        logger.info("KL coefficients are set; a frozen level's KL is 0 since it never moves from its reference")
+    _reject_inert(config)
     for level, policy in (("ll", config.actor_rollout_ref), ("hl", config.hl)):
         name = "actor_rollout_ref" if level == "ll" else "hl"
         if policy.rollout.name not in ("vllm", "sglang", "hf"):
             raise ConfigError(f"{name}.rollout.name={policy.rollout.name!r}: use vllm (GPU) or hf (CPU)")
         if policy.rollout.name == "hf" and policy.rollout.tensor_model_parallel_size != 1:
             raise ConfigError(f"{name}.rollout.tensor_model_parallel_size must be 1 with rollout.name=hf")
+    total = config.trainer.total_training_steps
+    if total is None and (config.trainer.total_epochs is None or config.trainer.total_epochs < 1):
+        raise ConfigError("trainer.total_training_steps=null runs trainer.total_epochs, which must then be >= 1")
+    if total is not None and total < 1:
+        raise ConfigError(f"trainer.total_training_steps={total}: use >= 1, or null to run trainer.total_epochs")
+    if config.trainer.resume_mode not in ("auto", "disable", "resume_path"):
+        raise ConfigError(f"trainer.resume_mode={config.trainer.resume_mode!r}: choose auto, disable or resume_path")
+    if config.trainer.resume_mode == "resume_path" and not config.trainer.resume_from_path:
+        raise ConfigError("trainer.resume_mode=resume_path needs trainer.resume_from_path (a global_step_N folder)")
     if config.data.train_batch_size < 1:
         raise ConfigError("data.train_batch_size must be >= 1")
     if os.environ.get("VERL_PLATFORM", "") == "cpu" and config.trainer.device != "cpu":
         raise ConfigError("VERL_PLATFORM=cpu but trainer.device is not cpu: set trainer.device=cpu")
+
+
+def _reject_inert(config: DictConfig) -> None:
+    """Reject knobs that provably cannot change any update (MLMT_SPEC §2-§3, issue 8).
+
+    A reward term that is constant inside every group of a group-baseline estimator (grpo, rloo) cancels: GRPO's
+    advantages are unchanged and RLOO's only rescaled. HL groups are the m feedbacks on one attempt, so R1 and the
+    no-feedback R_ref are constant in them; turn-3 groups by attempt hold R1 constant too.
+    """
+    mlmt, stages = config.mlmt, config.mlmt.stages
+    stage_two_alpha = [a for a, s in zip(stages.alpha, stages.stage_ids, strict=True) if s == 2 and a > 0]
+    if any(a > 0 and s == 1 for a, s in zip(stages.alpha, stages.stage_ids, strict=True)):
+        raise ConfigError(
+            "mlmt.stages.alpha > 0 in a stage with mlmt.stages.stage_ids=1: α is the stage-II progress bonus and has "
+            "no effect in stage I; set it to 0 there"
+        )
+    reward, hl_group = mlmt.reward, mlmt.hl.adv_estimator in GROUP_ESTIMATORS
+    if reward.hl_reward == "progress":
+        if not stage_two_alpha:
+            raise ConfigError(
+                "mlmt.reward.hl_reward=progress with no stage-II mlmt.stages.alpha > 0 is exactly hl_reward=r3"
+            )
+        if hl_group:
+            raise ConfigError(
+                f"mlmt.reward.hl_reward=progress with mlmt.hl.adv_estimator={mlmt.hl.adv_estimator}: R1 is constant "
+                "within an HL group (the m feedbacks on one attempt), so α(R3 − R1) cancels; use hl_reward=contrastive "
+                "with contrastive_reference=lagged_snapshot, or a non-group estimator (reinforce, "
+                "reinforce_plus_plus, gae)"
+            )
+    if reward.hl_reward == "contrastive":
+        if reward.contrastive_lambda == 0:
+            raise ConfigError("mlmt.reward.contrastive_lambda=0 makes mlmt.reward.hl_reward=contrastive exactly r3")
+        if reward.contrastive_reference == "no_feedback" and hl_group:
+            raise ConfigError(
+                "mlmt.reward.contrastive_reference=no_feedback with mlmt.hl.adv_estimator="
+                f"{mlmt.hl.adv_estimator}: R_ref (one per attempt) is constant within an HL group, so the contrastive "
+                "term cancels; use contrastive_reference=lagged_snapshot (R_ref per feedback) or a non-group "
+                "estimator"
+            )
+    attempt_groups = mlmt.ll.turn3_group_by == "attempt"  # (n = 1 with a group estimator is rejected above)
+    alpha_acts_on_hl = reward.hl_reward == "progress" and not mlmt.hl.freeze
+    if stage_two_alpha and attempt_groups and mlmt.ll.adv_estimator in GROUP_ESTIMATORS and not alpha_acts_on_hl:
+        raise ConfigError(
+            f"mlmt.stages.alpha > 0 with mlmt.ll.adv_estimator={mlmt.ll.adv_estimator} and turn-3 groups of one "
+            f"attempt (mlmt.ll.turn3_group_by={mlmt.ll.turn3_group_by}): R1 is constant in the group, so α(R3 − R1) "
+            "cancels; use turn3_group_by=problem"
+        )
+    level_betas = {"ll": ("beta1", "beta2", "beta_l"), "hl": ("beta_h",)}
+    for level, keys in level_betas.items():
+        if not mlmt[level].freeze:
+            continue
+        for key in keys:
+            if any(b > 0 for b in stages[key]):
+                raise ConfigError(
+                    f"mlmt.stages.{key} > 0 with mlmt.{level}.freeze=true: a frozen level is never updated, so its "
+                    "KL term has no effect"
+                )

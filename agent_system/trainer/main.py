@@ -80,6 +80,27 @@ def _read_frame(path: str | None) -> pd.DataFrame | None:
     return pd.concat([pd.read_parquet(os.path.expanduser(p)) for p in paths], ignore_index=True)
 
 
+def reference_needed(config: DictConfig) -> dict[str, bool]:
+    """Per level: whether its workers need a reference model (a β > 0 in any stage, or the actor's own KL loss)."""
+    stages = config.mlmt.stages
+    return {
+        "ll": any(b > 0 for b in [*stages.beta1, *stages.beta2, *stages.beta_l])
+        or bool(config.actor_rollout_ref.actor.use_kl_loss),
+        "hl": any(b > 0 for b in stages.beta_h) or bool(config.hl.actor.use_kl_loss),
+    }
+
+
+def check_reference_solutions(frame: pd.DataFrame, path) -> None:
+    """The confidence term scores ``extra_info.reference_solution``: every training row must have a non-empty one."""
+    for position, extra in enumerate(frame["extra_info"] if "extra_info" in frame else [None] * len(frame)):
+        reference = (extra or {}).get("reference_solution") if isinstance(extra, dict) else None
+        if not isinstance(reference, str) or not reference.strip():
+            raise ValueError(
+                f"{path}: row {position} has no extra_info.reference_solution, which mlmt.reward.confidence_lambda > 0 "
+                "scores; add one to every row or set mlmt.reward.confidence_lambda=0"
+            )
+
+
 def build_trainer(config: DictConfig):
     """Start both policy groups and return an :class:`MLMTTrainer` (Ray must be initialised)."""
     from transformers import AutoTokenizer
@@ -91,11 +112,10 @@ def build_trainer(config: DictConfig):
     from agent_system.trainer.mlmt_trainer import MLMTTrainer
     from agent_system.trainer.policy import build_policy_groups
 
-    stages = config.mlmt.stages
-    use_ref = {
-        "ll": any(b > 0 for b in [*stages.beta1, *stages.beta2, *stages.beta_l]),
-        "hl": any(b > 0 for b in stages.beta_h),
-    }
+    use_ref = reference_needed(config)
+    train_frame, val_frame = _read_frame(config.data.train_files), _read_frame(config.data.val_files)
+    if config.mlmt.reward.confidence_lambda > 0:
+        check_reference_solutions(train_frame, config.data.train_files)
     groups = build_policy_groups(config, use_ref)
     critics = {
         level: CriticGroup(level, group.view)
@@ -118,8 +138,8 @@ def build_trainer(config: DictConfig):
         tokenizers,
         runner,
         pool,
-        _read_frame(config.data.train_files),
-        _read_frame(config.data.val_files),
+        train_frame,
+        val_frame,
     )
 
 

@@ -67,7 +67,13 @@ class MLMTTrainer:
 
     # ------------------------------------------------------------------------------------------------ the loop
     def fit(self) -> dict:
-        total = self.config.trainer.total_training_steps
+        trainer_config = self.config.trainer
+        total = st.total_training_steps(
+            trainer_config.total_training_steps,
+            trainer_config.total_epochs,
+            len(self.sampler.frame),
+            self.sampler.batch_size,
+        )
         self.resume()
         first_metrics = None
         if self.config.trainer.val_before_train and self.global_step == 0 and self.val_frame is not None:
@@ -167,38 +173,31 @@ class MLMTTrainer:
         mask = batch.batch["response_mask"].float()
         kl = np.zeros(len(batch))
         if group.use_ref:
-            ref = group.compute_ref_log_prob(batch)
+            ref = group.compute_ref_log_prob(batch)  # (N, R)
+            batch.batch["ref_log_prob"] = ref  # read by verl's actor loss when actor.use_kl_loss=true
             kl = ((old_log_probs - ref) * mask).sum(-1).numpy()
-        r1 = scores["r1"][rows["problem"], rows["attempt"]]
-        if level == "ll":
-            turn = np.array(rows["turn"])
-            r3 = np.where(turn == 3, scores["r3"][rows["problem"], rows["attempt"], rows["feedback"]], 0.0)
-            rewards = np.where(turn == 1, adv.turn1_rewards(r1, kl, stage), adv.turn3_rewards(r1, r3, kl, stage))
-        else:
-            r3 = scores["r3"][rows["problem"], rows["attempt"], rows["feedback"]]
-            r_ref = scores["r_ref"][rows["problem"], rows["attempt"]] if "r_ref" in scores else None
-            s2 = adv.hl_scores(
-                r1, r3, self.mlmt.reward.hl_reward, stage.alpha, self.mlmt.reward.contrastive_lambda, r_ref
-            )
-            if self.mlmt.reward.confidence_lambda > 0:
-                s2 = s2 + self.confidence_terms(problems, episodes, rows)
-            rewards = s2 - stage.beta_h * kl
-        token_rewards = adv.place_on_last_token(rewards, batch.batch["response_mask"])
-        index = adv.group_keys(rows["problem"], rows["attempt"], rows["turn"], self.mlmt.ll.turn3_group_by)
         values = None
         if level in self.critics:
             values = self.critics[level].compute_values(batch)  # (N, R)
             batch.batch["values"] = values
-        advantages, returns = adv.compute_advantages(
-            self.mlmt[level].adv_estimator,
-            token_rewards,
-            batch.batch["response_mask"],
-            index,
+        hl_extra = None
+        if level == "hl" and self.mlmt.reward.confidence_lambda > 0:
+            hl_extra = self.confidence_terms(problems, episodes, rows)
+        result = adv.level_advantages(
+            level,
+            rows,
+            scores,
+            kl,
+            stage,
+            self.mlmt,
             self.config.algorithm,
+            batch.batch["response_mask"],
             values,
+            hl_extra,
         )
+        advantages, rewards = result.advantages, result.task_rewards
         batch.batch["advantages"] = advantages
-        batch.batch["returns"] = returns
+        batch.batch["returns"] = result.returns
         lengths = mask.sum(-1)
         # The rollout server sampled these tokens; the actor re-scores them. A gap means a stale or wrong weight sync.
         gap = (old_log_probs - batch.batch["rollout_log_probs"]).abs() * mask
@@ -209,10 +208,16 @@ class MLMTTrainer:
             f"{level}/advantage_mean": float((advantages * mask).sum() / mask.sum()),
             f"{level}/advantage_abs_mean": float((advantages.abs() * mask).sum() / mask.sum()),
             f"{level}/kl_mean": float(kl.mean()),
+            f"{level}/kl_penalty_mean": float(result.kl_penalty.mean()),
             f"{level}/entropy": float((entropy * mask).sum() / mask.sum()),
             f"{level}/response_length": float(lengths.mean()),
             f"{level}/rows": len(batch),
         }
+        if result.r3_advantages is not None:
+            # how far the HL reward moves the advantages from those of S2 = R3 (0: the shaping cancels in its groups)
+            task_advantages = advantages + torch.as_tensor(result.kl_penalty, dtype=advantages.dtype)[:, None] * mask
+            r3_gap = (task_advantages - result.r3_advantages).abs()
+            batch.meta_info["metrics"]["hl/advantage_gap_to_r3"] = float((r3_gap * mask).sum() / mask.sum())
         return batch
 
     def update_level(self, level: str, batch: DataProto) -> dict[str, float]:
@@ -239,7 +244,9 @@ class MLMTTrainer:
             episode, attempt = episodes[i], episodes[i].attempts[j]
             if i not in references:
                 reference = (problems[i].get("extra_info") or {}).get("reference_solution") or ""
-                references[i] = tokenizer(reference, add_special_tokens=False)["input_ids"][:limit] or [0]
+                references[i] = tokenizer(reference, add_special_tokens=False)["input_ids"][:limit]
+                if not references[i]:  # checked at data load; never score a placeholder token instead
+                    raise ValueError(f"problem {problems[i]['prompt'][0]['content']!r}: empty reference_solution")
             if (i, j) not in no_feedback:
                 text, _ = prompts.refine(episode.problem, attempt.attempt.text, None)
                 no_feedback[i, j] = encode_prompt(tokenizer, text, budget, "confidence (no feedback)")
@@ -309,15 +316,17 @@ class MLMTTrainer:
         logger.info("checkpoint saved: %s", folder)
 
     def resume(self) -> None:
-        mode = self.config.trainer.resume_mode
-        if mode == "disable":
+        """Restore both models, the sampler, the stage history and the RNG from a checkpoint (``trainer.resume_mode``).
+
+        ``resume_path`` loads everything from the ``global_step_N`` folder ``trainer.resume_from_path`` (another
+        run's, typically); later checkpoints are written to this run's folder.
+        """
+        trainer_config = self.config.trainer
+        point = st.resume_point(trainer_config.resume_mode, self.ckpt_dir, trainer_config.resume_from_path)
+        if point is None:
             return
-        step = st.latest_step(self.ckpt_dir)
-        if mode == "resume_path":
-            step = int(Path(self.config.trainer.resume_from_path).name.removeprefix("global_step_"))
-        if step is None:
-            return
-        folder = st.step_dir(self.ckpt_dir, step)
+        root, step = point
+        folder = st.step_dir(root, step)
         for level, group in self.groups.items():
             if (folder / level).is_dir():
                 group.load_checkpoint(str(folder / level))
@@ -325,7 +334,7 @@ class MLMTTrainer:
         for level, critic in self.critics.items():
             if (folder / f"{level}_critic").is_dir():
                 critic.load_checkpoint(str(folder / f"{level}_critic"))
-        saved = st.read_trainer_state(self.ckpt_dir, step)
+        saved = st.read_trainer_state(root, step)
         self.global_step = saved["global_step"]
         self.sampler.load_state_dict(saved["sampler"])
         self.history = saved["history"]

@@ -91,3 +91,36 @@ def mark_latest(root: str | os.PathLike, step: int) -> None:
     tmp = pointer.with_suffix(".tmp")
     tmp.write_text(f"{step}\n")
     os.replace(tmp, pointer)
+
+
+def total_training_steps(total_steps: int | None, total_epochs: int, train_rows: int, batch_size: int) -> int:
+    """Steps of the run: ``trainer.total_training_steps``, or when it is null ``trainer.total_epochs`` epochs of
+    ``⌊train_rows / batch_size⌋`` steps (the sampler's epoch length)."""
+    if total_steps is not None:
+        return int(total_steps)
+    return int(total_epochs) * (train_rows // batch_size)
+
+
+def resume_point(mode: str, ckpt_dir: str | os.PathLike, resume_from_path: str | None) -> tuple[Path, int] | None:
+    """The checkpoint root and step to resume from, or None to start fresh.
+
+    Args:
+        mode: ``trainer.resume_mode``: ``disable``; ``auto`` (the latest complete checkpoint in this run's
+            ``ckpt_dir``, if any); ``resume_path`` (the ``global_step_N`` folder ``resume_from_path``, of any run).
+        ckpt_dir: this run's checkpoint root.
+        resume_from_path: ``trainer.resume_from_path``.
+    """
+    if mode == "disable":
+        return None
+    if mode == "resume_path":
+        if not resume_from_path:
+            raise ValueError("trainer.resume_mode=resume_path needs trainer.resume_from_path")
+        folder = Path(resume_from_path).expanduser().resolve()
+        if not folder.name.startswith("global_step_") or not (folder / "trainer_state.pt").is_file():
+            raise FileNotFoundError(
+                f"trainer.resume_from_path={resume_from_path}: not a complete global_step_N checkpoint folder "
+                "(no trainer_state.pt)"
+            )
+        return folder.parent, int(folder.name.removeprefix("global_step_"))
+    step = latest_step(ckpt_dir)
+    return None if step is None else (Path(ckpt_dir), step)

@@ -25,49 +25,57 @@ def _advantages(*args, **kwargs) -> torch.Tensor:
     return adv.compute_advantages(*args, **kwargs)[0]
 
 
-def test_turn1_stage_one_is_kl_penalty_only():
-    # −β2·KL, R1 ignored
-    np.testing.assert_allclose(adv.turn1_rewards(R1, KL, STAGE_I), [-0.35, -1.4, -0.7, 0.0])
+def test_turn1_task_reward_is_zero_in_stage_one_and_r1_in_stage_two():
+    np.testing.assert_allclose(adv.turn1_task_rewards(R1, STAGE_I), [0.0, 0.0, 0.0, 0.0])
+    np.testing.assert_allclose(adv.turn1_task_rewards(R1, STAGE_II), R1)
 
 
-def test_turn1_stage_two_is_r1_minus_beta1_kl():
-    np.testing.assert_allclose(adv.turn1_rewards(R1, KL, STAGE_II), [-0.15, 0.4, -0.3, 1.0])
-
-
-def test_turn3_stage_one_is_r3_minus_beta_l_kl():
-    np.testing.assert_allclose(adv.turn3_rewards(R1, R3, KL, STAGE_I), [0.9, 0.6, -0.2, 0.0])
+def test_turn3_task_reward_is_r3_in_stage_one():
+    np.testing.assert_allclose(adv.turn3_task_rewards(R1, R3, STAGE_I), R3)
 
 
 def test_turn3_stage_two_adds_progress_bonus():
-    # R3 + α(R3 − R1) − β_L·KL: i→c gets +α, c→i gets −α, unchanged gets 0
-    np.testing.assert_allclose(adv.turn3_rewards(R1, R3, KL, STAGE_II), [1.4, 0.6, -0.2, -0.5])
+    # R3 + α(R3 − R1): i→c gets +α, c→i gets −α, unchanged gets 0
+    np.testing.assert_allclose(adv.turn3_task_rewards(R1, R3, STAGE_II), [1.5, 1.0, 0.0, -0.5])
+
+
+def test_kl_coefficients_by_turn_and_stage():
+    turns = np.array([1, 2, 3])
+    np.testing.assert_allclose(adv.kl_coefficients(turns, STAGE_I), [0.7, 0.9, 0.2])  # β2, β_H, β_L
+    np.testing.assert_allclose(adv.kl_coefficients(turns, STAGE_II), [0.3, 0.9, 0.2])  # β1, β_H, β_L
 
 
 def test_hl_score_r3_is_r3():
-    scores = adv.hl_scores(R1, R3, "r3", alpha=0.5, contrastive_lambda=0.5, r_ref=None)
+    scores = adv.hl_scores(R1, R3, "r3", STAGE_II, contrastive_lambda=0.5, r_ref=None)
     np.testing.assert_allclose(scores, R3)
 
 
-def test_hl_score_progress():
-    scores = adv.hl_scores(R1, R3, "progress", alpha=0.5, contrastive_lambda=0.5, r_ref=None)
+def test_hl_score_progress_in_stage_two():
+    scores = adv.hl_scores(R1, R3, "progress", STAGE_II, contrastive_lambda=0.5, r_ref=None)
     np.testing.assert_allclose(scores, [1.5, 1.0, 0.0, -0.5])
+
+
+def test_hl_score_progress_has_no_alpha_in_stage_one():
+    # α is the stage-II progress bonus (README): in stage I the HL's S2 is R3
+    scores = adv.hl_scores(R1, R3, "progress", STAGE_I, contrastive_lambda=0.5, r_ref=None)
+    np.testing.assert_allclose(scores, R3)
 
 
 def test_hl_score_contrastive():
     r_ref = np.array([1.0, 0.0, 1.0, 0.0])
-    scores = adv.hl_scores(R1, R3, "contrastive", alpha=0.5, contrastive_lambda=0.25, r_ref=r_ref)
+    scores = adv.hl_scores(R1, R3, "contrastive", STAGE_II, contrastive_lambda=0.25, r_ref=r_ref)
     # (1 + λ)·R3 − λ·R_ref
     np.testing.assert_allclose(scores, [1.0, 1.25, -0.25, 0.0])
 
 
 def test_hl_score_contrastive_without_reference_raises():
     with pytest.raises(ValueError, match="contrastive"):
-        adv.hl_scores(R1, R3, "contrastive", alpha=0.5, contrastive_lambda=0.5, r_ref=None)
+        adv.hl_scores(R1, R3, "contrastive", STAGE_II, contrastive_lambda=0.5, r_ref=None)
 
 
 def test_hl_score_unknown_mode_raises():
     with pytest.raises(ValueError, match="unknown hl_reward 'r4'"):
-        adv.hl_scores(R1, R3, "r4", alpha=0.5, contrastive_lambda=0.5, r_ref=None)
+        adv.hl_scores(R1, R3, "r4", STAGE_II, contrastive_lambda=0.5, r_ref=None)
 
 
 def test_confidence_bonus_is_weighted_and_clipped():
@@ -166,16 +174,24 @@ def stages():
     )
 
 
-@pytest.mark.parametrize(("step", "index"), [(1, 0), (2, 0), (10, 0), (11, 1), (25, 1), (26, 2), (1000, 2)])
-def test_stage_at_switches_after_schedule_steps(stages, step, index):
-    # stage i starts at 0-based step schedule[i], i.e. at 1-based step schedule[i] + 1
+@pytest.mark.parametrize(("step", "index"), [(1, 0), (2, 0), (9, 0), (10, 1), (24, 1), (25, 2), (1000, 2)])
+def test_stage_at_switches_at_the_schedule_step(stages, step, index):
+    # the original switches at global_step == schedule[i] (global steps are 1-based)
     got_index, _ = adv.stage_at(stages, step)
     assert got_index == index
 
 
+def test_stage_schedule_zero_three_switches_at_step_three():
+    stages = OmegaConf.create(
+        {"schedule": [0, 3], "stage_ids": [1, 2], "beta1": [0, 0], "beta2": [0, 0], "beta_l": [0, 0]}
+        | {"beta_h": [0, 0], "alpha": [0, 0]}
+    )
+    assert [adv.stage_at(stages, step)[1].stage_id for step in (1, 2, 3, 4)] == [1, 1, 2, 2]
+
+
 def test_stage_at_returns_that_stage_coefficients(stages):
     assert adv.stage_at(stages, 1) == (0, Stage(stage_id=1, beta1=0.0, beta2=1.0, beta_l=0.01, beta_h=0.5, alpha=0.0))
-    assert adv.stage_at(stages, 11) == (1, Stage(stage_id=2, beta1=0.1, beta2=0.0, beta_l=0.02, beta_h=0.6, alpha=1.0))
+    assert adv.stage_at(stages, 10) == (1, Stage(stage_id=2, beta1=0.1, beta2=0.0, beta_l=0.02, beta_h=0.6, alpha=1.0))
     index, stage = adv.stage_at(stages, 30)
     assert index == 2 and stage.alpha == 2.0 and stage.beta_h == 0.7 and stage.stage_id == 2
     assert isinstance(stage.beta1, float) and isinstance(stage.stage_id, int)

@@ -105,6 +105,10 @@ def test_unknown_level_view_raises(config):
         ({"mlmt.ll.turn3_group_by": "feedback"}, "mlmt.ll.turn3_group_by"),
         ({"mlmt.schedule.tH": 0, "mlmt.schedule.tL": 0}, "mlmt.schedule"),
         ({"hl.rollout.name": "trt"}, "hl.rollout.name"),
+        ({"mlmt.reward.contrastive_reference": "generic"}, "mlmt.reward.contrastive_reference"),
+        ({"mlmt.reward.hl_reward": "contrastive", "mlmt.reward.reg_gap": 0}, "mlmt.reward.reg_gap"),
+        ({"trainer.total_training_steps": None, "trainer.total_epochs": 0}, "trainer.total_epochs"),
+        ({"trainer.resume_mode": "resume_path", "trainer.resume_from_path": None}, "trainer.resume_from_path"),
     ],
 )
 def test_validate_rejects_with_the_key_named(cfg, changes, key):
@@ -131,4 +135,73 @@ def test_two_stage_schedule_is_fine(cfg):
         OmegaConf.update(cfg, f"mlmt.stages.{key}", [0.0, 0.1])
     OmegaConf.update(cfg, "mlmt.stages.schedule", [0, 50])
     OmegaConf.update(cfg, "mlmt.stages.stage_ids", [1, 2])
+    validate_config(cfg)
+
+
+# ---------------------------------------------------------------- provably inert combinations (issue 8, defect 3)
+STAGE_TWO_ALPHA = {"mlmt.stages.alpha": [1.0]}
+
+
+@pytest.mark.parametrize(
+    ("changes", "keys"),
+    [
+        # R1 is constant within an HL group (the m feedbacks on one attempt): α(R3 − R1) cancels
+        (
+            {"mlmt.reward.hl_reward": "progress", "mlmt.hl.adv_estimator": "grpo"} | STAGE_TWO_ALPHA,
+            ["mlmt.reward.hl_reward", "mlmt.hl.adv_estimator"],
+        ),
+        (
+            {"mlmt.reward.hl_reward": "progress", "mlmt.hl.adv_estimator": "rloo"} | STAGE_TWO_ALPHA,
+            ["mlmt.reward.hl_reward", "mlmt.hl.adv_estimator"],
+        ),
+        # progress with no stage-II α is r3
+        (
+            {"mlmt.reward.hl_reward": "progress", "mlmt.hl.adv_estimator": "reinforce"},
+            ["mlmt.reward.hl_reward", "mlmt.stages.alpha"],
+        ),
+        # the no-feedback R_ref is one per attempt: constant within an HL group
+        (
+            {"mlmt.reward.hl_reward": "contrastive", "mlmt.reward.contrastive_reference": "no_feedback"},
+            ["mlmt.reward.contrastive_reference", "mlmt.hl.adv_estimator"],
+        ),
+        ({"mlmt.reward.hl_reward": "contrastive", "mlmt.reward.contrastive_lambda": 0.0}, ["contrastive_lambda"]),
+        # the LL α bonus with turn-3 groups of one attempt
+        (
+            {"mlmt.ll.turn3_group_by": "attempt"} | STAGE_TWO_ALPHA,
+            ["mlmt.stages.alpha", "mlmt.ll.turn3_group_by", "mlmt.ll.adv_estimator"],
+        ),
+        # α in a stage-I stage
+        ({"mlmt.stages.stage_ids": [1]} | STAGE_TWO_ALPHA, ["mlmt.stages.alpha", "mlmt.stages.stage_ids"]),
+        # KL coefficients of a frozen level
+        ({"mlmt.ll.freeze": True, "mlmt.stages.beta_l": [0.1]}, ["mlmt.stages.beta_l", "mlmt.ll.freeze"]),
+        ({"mlmt.hl.freeze": True, "mlmt.stages.beta_h": [0.1]}, ["mlmt.stages.beta_h", "mlmt.hl.freeze"]),
+    ],
+)
+def test_validate_rejects_inert_combinations_naming_the_keys(cfg, changes, keys):
+    for path, value in changes.items():
+        OmegaConf.update(cfg, path, value)
+    with pytest.raises(ConfigError) as error:
+        validate_config(cfg)
+    for key in keys:
+        assert key in str(error.value)
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"mlmt.reward.hl_reward": "contrastive"},  # default reference: the lagged snapshot, per feedback
+        {"mlmt.reward.hl_reward": "contrastive", "mlmt.reward.contrastive_reference": "no_feedback"}
+        | {"mlmt.hl.adv_estimator": "reinforce_plus_plus"},  # batch-wide normalisation: R_ref differs across groups
+        {"mlmt.reward.hl_reward": "progress", "mlmt.hl.adv_estimator": "reinforce"} | STAGE_TWO_ALPHA,
+        {"mlmt.ll.turn3_group_by": "problem"} | STAGE_TWO_ALPHA,
+        # α acts on the HL (progress, non-group estimator) even though it cancels on turn 3
+        {"mlmt.ll.turn3_group_by": "attempt", "mlmt.reward.hl_reward": "progress"}
+        | {"mlmt.hl.adv_estimator": "reinforce"}
+        | STAGE_TWO_ALPHA,
+        {"mlmt.hl.freeze": True, "mlmt.stages.beta_l": [0.1]},
+    ],
+)
+def test_acting_combinations_are_accepted(cfg, changes):
+    for path, value in changes.items():
+        OmegaConf.update(cfg, path, value)
     validate_config(cfg)

@@ -121,3 +121,45 @@ def test_write_trainer_state_leaves_no_tmp_file(tmp_path):
     step_dir(tmp_path, 2).mkdir()
     state.write_trainer_state(tmp_path, 2, {"step": 2})
     assert os.listdir(step_dir(tmp_path, 2)) == ["trainer_state.pt"]
+
+
+# ---------------------------------------------------------------- run length and resume point (issue 8, defect 5)
+
+
+def test_total_training_steps_null_runs_total_epochs():
+    # 10 rows, batch 3: 3 steps per epoch (the sampler starts a new epoch when a full batch no longer fits)
+    assert state.total_training_steps(None, total_epochs=2, train_rows=10, batch_size=3) == 6
+    assert state.total_training_steps(7, total_epochs=2, train_rows=10, batch_size=3) == 7
+    sampler = ProblemSampler(_frame(10), batch_size=3, seed=0)
+    draws = _draw(sampler, 3)
+    assert sampler.epoch == 0 and len({row for batch in draws for row in batch}) == 9
+    sampler.next_batch()
+    assert sampler.epoch == 1  # the 4th batch is the next epoch's first
+
+
+def _checkpoint(root, step):
+    step_dir(root, step).mkdir(parents=True)
+    state.write_trainer_state(root, step, {"global_step": step})
+    mark_latest(root, step)
+
+
+def test_resume_path_loads_the_given_folder_of_another_run(tmp_path):
+    other, mine = tmp_path / "other" / "checkpoints", tmp_path / "mine" / "checkpoints"
+    _checkpoint(other, 4)
+    _checkpoint(mine, 4)  # this run's own folder has the same step: it must not be used
+    root, step = state.resume_point("resume_path", mine, str(step_dir(other, 4)))
+    assert (root, step) == (other.resolve(), 4)
+    assert state.read_trainer_state(root, step) == {"global_step": 4}
+
+
+def test_resume_path_to_an_incomplete_folder_raises(tmp_path):
+    (tmp_path / "global_step_3").mkdir()
+    with pytest.raises(FileNotFoundError, match="trainer_state.pt"):
+        state.resume_point("resume_path", tmp_path / "mine", str(tmp_path / "global_step_3"))
+
+
+def test_resume_auto_and_disable(tmp_path):
+    assert state.resume_point("auto", tmp_path, None) is None
+    _checkpoint(tmp_path, 2)
+    assert state.resume_point("auto", tmp_path, None) == (tmp_path, 2)
+    assert state.resume_point("disable", tmp_path, None) is None

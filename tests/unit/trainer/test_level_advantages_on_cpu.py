@@ -1,0 +1,163 @@
+"""The advantages a level is updated with (``advantages.level_advantages``, the function the trainer calls).
+
+β·KL is applied after the estimator, so each β acts in proportion to β (issue 8, defect 4); an HL reward whose
+shaping term is constant inside the HL's group gives exactly the advantages of S2 = R3, while the contrastive
+reward with a per-feedback reference (lagged snapshot) does not (defect 3).
+"""
+
+import numpy as np
+import pytest
+import torch
+from omegaconf import OmegaConf
+from verl.trainer.config import AlgoConfig
+
+from agent_system.trainer import advantages as adv
+from agent_system.trainer.advantages import Stage
+
+# one problem, n = 2 attempts, m = 2 feedbacks each
+N, M = 2, 2
+LL_ROWS = {
+    "problem": [0, 0, 0, 0, 0, 0],
+    "attempt": [0, 1, 0, 0, 1, 1],
+    "feedback": [0, 0, 0, 1, 0, 1],
+    "turn": [1, 1, 3, 3, 3, 3],
+}
+HL_ROWS = {"problem": [0, 0, 0, 0], "attempt": [0, 0, 1, 1], "feedback": [0, 1, 0, 1], "turn": [2, 2, 2, 2]}
+
+
+def _mlmt(ll="grpo", hl="grpo", hl_reward="r3", group_by="problem", lam=0.5):
+    return OmegaConf.create(
+        {
+            "ll": {"adv_estimator": ll, "turn3_group_by": group_by},
+            "hl": {"adv_estimator": hl},
+            "reward": {"hl_reward": hl_reward, "contrastive_lambda": lam},
+        }
+    )
+
+
+def _mask(rows):
+    count = len(rows["turn"])
+    mask = torch.ones(count, 5, dtype=torch.long)
+    mask[::2, 3:] = 0  # rows of different lengths
+    return mask
+
+
+def _stage(stage_id=2, beta1=0.0, beta2=0.0, beta_l=0.0, beta_h=0.0, alpha=0.0):
+    return Stage(stage_id=stage_id, beta1=beta1, beta2=beta2, beta_l=beta_l, beta_h=beta_h, alpha=alpha)
+
+
+def _per_row(advantages, mask):
+    rows = []
+    for row, m in zip(advantages, mask, strict=True):
+        valid = row[m.bool()]
+        torch.testing.assert_close(valid, torch.full_like(valid, valid[0].item()))
+        rows.append(valid[0].item())
+    return np.array(rows)
+
+
+def _run(level, scores, kl, stage, mlmt, rows=None):
+    rows = rows or (LL_ROWS if level == "ll" else HL_ROWS)
+    mask = _mask(rows)
+    result = adv.level_advantages(level, rows, scores, np.asarray(kl, dtype=float), stage, mlmt, AlgoConfig(), mask)
+    return _per_row(result.advantages, mask), result, mask
+
+
+SCORES = {"r1": np.array([[0.0, 1.0]]), "r3": np.array([[[1.0, 0.0], [1.0, 1.0]]])}
+LL_KL = [0.3, 0.9, 0.1, 0.4, 2.0, 0.0]
+HL_KL = [0.5, 0.2, 1.5, 0.1]
+
+
+# ---------------------------------------------------------------- β acts in proportion to β
+
+
+@pytest.mark.parametrize("estimator", ["grpo", "rloo", "reinforce", "reinforce_plus_plus"])
+@pytest.mark.parametrize("stage_id", [1, 2])
+def test_beta_zero_reproduces_the_pure_task_advantages(estimator, stage_id):
+    mlmt = _mlmt(ll=estimator)
+    got, result, mask = _run("ll", SCORES, LL_KL, _stage(stage_id, alpha=0.5), mlmt)
+    index = adv.group_keys(LL_ROWS["problem"], LL_ROWS["attempt"], LL_ROWS["turn"], "problem")
+    task = adv.place_on_last_token(result.task_rewards, mask)
+    expected = _per_row(adv.compute_advantages(estimator, task, mask, index, AlgoConfig())[0], mask)
+    np.testing.assert_allclose(got, expected, atol=1e-6)
+    np.testing.assert_allclose(result.kl_penalty, 0.0)
+
+
+@pytest.mark.parametrize("level", ["ll", "hl"])
+@pytest.mark.parametrize("stage_id", [1, 2])
+def test_kl_part_scales_linearly_with_beta(level, stage_id):
+    kl = LL_KL if level == "ll" else HL_KL
+    base, _, _ = _run(level, SCORES, kl, _stage(stage_id), _mlmt())
+    parts = []
+    for beta in (1e-3, 1e-2, 1e-1, 1.0):
+        stage = _stage(stage_id, beta1=beta, beta2=2 * beta, beta_l=3 * beta, beta_h=4 * beta)
+        got, _, _ = _run(level, SCORES, kl, stage, _mlmt())
+        parts.append((got - base) / beta)
+    for part in parts[1:]:
+        np.testing.assert_allclose(part, parts[0], rtol=1e-4, atol=1e-6)
+    # and it is −β·KL with that turn's β per unit β
+    turn = np.array((LL_ROWS if level == "ll" else HL_ROWS)["turn"])
+    unit = np.select([turn == 1, turn == 2, turn == 3], [2.0 if stage_id == 1 else 1.0, 4.0, 3.0])
+    np.testing.assert_allclose(parts[0], -unit * np.array(kl), rtol=1e-3)
+
+
+def test_small_beta_in_an_equal_reward_group_stays_small():
+    # issue 8: β1 = 1e-3 with a 0.01 KL difference in a group of equal task reward gave ±0.62 (divided by the std)
+    scores = {"r1": np.array([[1.0, 1.0]]), "r3": np.array([[[1.0, 1.0], [1.0, 1.0]]])}
+    kl = [0.50, 0.51, 0.0, 0.0, 0.0, 0.0]
+    got, _, _ = _run("ll", scores, kl, _stage(2, beta1=1e-3), _mlmt())
+    np.testing.assert_allclose(got[:2], [-5.0e-4, -5.1e-4], rtol=1e-4)
+    assert np.abs(got).max() < 1e-3
+
+
+def test_stage_one_turn1_advantage_is_minus_beta2_kl():
+    # issue 8: stage-I turn 1 gave ≈ ±0.707 whatever β2 was; now the rows with more KL are pushed down by β2·KL
+    for beta2 in (0.01, 0.1):
+        got, _, _ = _run("ll", SCORES, LL_KL, _stage(1, beta2=beta2), _mlmt())
+        np.testing.assert_allclose(got[:2], [-beta2 * 0.3, -beta2 * 0.9], rtol=1e-4)
+
+
+# ---------------------------------------------------------------- HL rewards inside the HL's group
+
+R3_PAIR = {"r1": np.array([[0.0, 1.0]]), "r3": np.array([[[1.0, 0.0], [1.0, 0.0]]])}
+
+
+def test_progress_and_no_feedback_contrastive_cancel_inside_the_hl_group():
+    """The measured defect: with HL GRPO these shapings are constant per group, so the advantages equal r3's.
+
+    This is why config.validate_config rejects them (test_config_on_cpu.py); the fact is kept here as the reason.
+    """
+    r3_adv, _, _ = _run("hl", R3_PAIR, [0] * 4, _stage(2, alpha=1.0), _mlmt(hl_reward="r3"))
+    np.testing.assert_allclose(np.abs(r3_adv), 1 / np.sqrt(2), rtol=1e-4)
+    progress, _, _ = _run("hl", R3_PAIR, [0] * 4, _stage(2, alpha=1.0), _mlmt(hl_reward="progress"))
+    scores = {**R3_PAIR, "r_ref": np.array([[1.0, 0.0]])}  # per attempt: the no-feedback refinement
+    contrastive, _, _ = _run("hl", scores, [0] * 4, _stage(2), _mlmt(hl_reward="contrastive"))
+    np.testing.assert_allclose(progress, r3_adv, atol=1e-5)
+    np.testing.assert_allclose(contrastive, r3_adv, atol=1e-5)
+
+
+def test_contrastive_with_a_per_feedback_reference_differs_from_r3():
+    # lagged snapshot: R_ref per (x, z, g). Attempt 0: both feedbacks help the current LL (R3 = 1, 1) but only the
+    # first also helps the stale solver; attempt 1: R3 = [1, 0] with R_ref = [0, 1]
+    scores = {
+        "r1": np.array([[0.0, 0.0]]),
+        "r3": np.array([[[1.0, 1.0], [1.0, 0.0]]]),
+        "r_ref": np.array([[[1.0, 0.0], [0.0, 1.0]]]),
+    }
+    got, result, mask = _run("hl", scores, [0] * 4, _stage(2), _mlmt(hl_reward="contrastive", lam=1.0))
+    r3_adv = _per_row(result.r3_advantages, mask)
+    np.testing.assert_allclose(r3_adv[:2], [0.0, 0.0], atol=1e-5)  # equal R3: no signal from r3
+    assert got[1] > got[0]  # the feedback that helps the current solver more than the stale one is preferred
+    assert np.abs(got - r3_adv).max() > 0.1
+
+
+def test_ll_alpha_cancels_with_turn3_grouped_by_attempt():
+    """With turn-3 groups = the m refinements of one attempt, R1 is constant in the group: α changes nothing.
+
+    config.validate_config rejects α > 0 with that grouping and a group estimator.
+    """
+    scores = {"r1": np.array([[0.0, 1.0]]), "r3": np.array([[[1.0, 0.0], [1.0, 0.0]]])}
+    plain, _, _ = _run("ll", scores, [0] * 6, _stage(2, alpha=0.0), _mlmt(group_by="attempt"))
+    shaped, _, _ = _run("ll", scores, [0] * 6, _stage(2, alpha=2.0), _mlmt(group_by="attempt"))
+    np.testing.assert_allclose(shaped, plain, atol=1e-5)
+    by_problem, _, _ = _run("ll", scores, [0] * 6, _stage(2, alpha=2.0), _mlmt(group_by="problem"))
+    assert np.abs(by_problem[2:] - plain[2:]).max() > 0.1  # grouped by problem, α acts

@@ -1,0 +1,46 @@
+"""Start-up checks of an MLMT run (issue 8, defect 5): reference models when a KL needs them, reference solutions
+when the confidence term scores them."""
+
+import pandas as pd
+import pytest
+from omegaconf import OmegaConf
+
+from agent_system.trainer.config import compose_config
+from agent_system.trainer.main import check_reference_solutions, reference_needed
+
+
+def test_use_kl_loss_asks_for_a_reference_model():
+    # actor.use_kl_loss=true crashed with KeyError ref_log_prob: no reference model was created for it
+    config = compose_config([])
+    assert reference_needed(config) == {"ll": False, "hl": False}
+    OmegaConf.update(config, "actor_rollout_ref.actor.use_kl_loss", True)
+    assert reference_needed(config) == {"ll": True, "hl": False}
+    OmegaConf.update(config, "hl.actor.use_kl_loss", True)
+    assert reference_needed(config) == {"ll": True, "hl": True}
+
+
+def test_a_beta_asks_for_that_levels_reference_model():
+    config = compose_config(["mlmt.stages.beta_h=[0.01]"])
+    assert reference_needed(config) == {"ll": False, "hl": True}
+    config = compose_config(["mlmt.stages.beta2=[0.1]", "mlmt.stages.stage_ids=[1]"])
+    assert reference_needed(config) == {"ll": True, "hl": False}
+
+
+def _frame(references):
+    return pd.DataFrame({"extra_info": [{"index": i, "reference_solution": r} for i, r in enumerate(references)]})
+
+
+def test_rows_with_reference_solutions_pass():
+    check_reference_solutions(_frame(["1 + 2 = 3", "x = 4"]), "train.parquet")
+
+
+@pytest.mark.parametrize("bad", ["", "   ", None])
+def test_an_empty_reference_solution_is_an_error_naming_the_row(bad):
+    # the confidence term used to score token id 0 for such a row
+    with pytest.raises(ValueError, match=r"train.parquet: row 1 .*reference_solution"):
+        check_reference_solutions(_frame(["1 + 2 = 3", bad, "x"]), "train.parquet")
+
+
+def test_rows_without_extra_info_are_an_error():
+    with pytest.raises(ValueError, match="row 0"):
+        check_reference_solutions(pd.DataFrame({"prompt": ["a"]}), "t.parquet")
