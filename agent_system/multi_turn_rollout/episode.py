@@ -23,7 +23,7 @@ class Turn:
     response_ids: list[int]
     log_probs: list[float]
     text: str
-    truncated: bool  # hit its max_tokens
+    truncated: bool  # used its whole max_tokens budget without emitting a stop token
     shortened: bool = False  # a quoted attempt/feedback in its prompt was shortened
 
 
@@ -59,13 +59,27 @@ class EpisodeSettings:
     with_reference_refinement: bool = False
 
 
+def is_truncated(response_ids: list[int], max_tokens: int, stop_ids: set[int]) -> bool:
+    """A response was cut by its budget when it used every allowed token and the last is not a stop token.
+
+    Derived from the tokens, not from a ``finish_reason``: verl's vLLM server does not report one.
+    """
+    return len(response_ids) >= max_tokens and (not response_ids or response_ids[-1] not in stop_ids)
+
+
 class EpisodeRunner:
     """Runs episodes for a batch of problems on two policies (anything with an async ``generate``)."""
 
     def __init__(self, ll: Any, hl: Any, ll_tokenizer: Any, hl_tokenizer: Any, prompts: PromptBuilder) -> None:
+        from agent_system.cpu_backend.hf_server import stop_tokens
+
         self.ll, self.hl = ll, hl
         self.ll_tokenizer, self.hl_tokenizer = ll_tokenizer, hl_tokenizer
         self.prompts = prompts
+        self.stop_ids = {
+            id(tokenizer): set(stop_tokens(tokenizer.name_or_path, tokenizer)[0])
+            for tokenizer in (ll_tokenizer, hl_tokenizer)
+        }
 
     async def _turn(self, policy, tokenizer, text, max_tokens, temperature, max_prompt, what, request_id, shortened):
         prompt_ids = encode_prompt(tokenizer, text, max_prompt, what)
@@ -76,7 +90,7 @@ class EpisodeRunner:
             response_ids=response_ids,
             log_probs=list(output.log_probs or []),
             text=tokenizer.decode(response_ids, skip_special_tokens=True),
-            truncated=output.extra_fields.get("finish_reason") == "length",
+            truncated=is_truncated(response_ids, max_tokens, self.stop_ids[id(tokenizer)]),
             shortened=shortened,
         )
 

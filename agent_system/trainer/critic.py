@@ -1,7 +1,9 @@
 """A level's value model for PPO (``mlmt.<level>.adv_estimator=gae``), on verl's ``TrainingWorker``.
 
 Built the way verl's own trainer builds its critic (``CriticConfig`` → ``TrainingWorkerConfig`` with
-``model_type="value_model"``, loss ``verl.workers.utils.losses.value_loss``), in its own resource pool.
+``model_type="value_model"``, loss ``verl.workers.utils.losses.value_loss``) and placed with its level: its workers
+are fused into the level's worker processes (see ``placement.build_workers``), so a critic never needs devices
+of its own.
 """
 
 from __future__ import annotations
@@ -15,35 +17,30 @@ from omegaconf import DictConfig
 from verl import DataProto
 
 from agent_system import verl_compat as vc
-from agent_system.trainer.policy import flatten_metrics, largest_divisor_at_most, to_padding_free
+from agent_system.trainer.policy import flatten_metrics, mini_batch_size, pad_to_multiple, to_padding_free, unpad_rows
 
 
 class CriticGroup:
     """Worker group of one level's critic; ``compute_values`` and ``update`` over ``DataProto`` rows."""
 
-    def __init__(self, level: str, view: DictConfig) -> None:
+    def __init__(self, level: str, view: DictConfig, worker_group: Any) -> None:
         self.level = level
         self.temperature = view.actor_rollout_ref.rollout.temperature
-        self.critic_config = vc.omega_conf_to_dataclass(view.critic)
-        engine = self.critic_config.engine
-        engine.infer_max_token_len_per_gpu = self.critic_config.ppo_infer_max_token_len_per_gpu
-        engine.max_token_len_per_gpu = self.critic_config.ppo_max_token_len_per_gpu
+        self.critic_config = critic_config(view)
+        self.worker_group = worker_group
+
+    @staticmethod
+    def worker_class(view: DictConfig) -> Any:
+        """``RayClassWithInitArgs`` of verl's ``TrainingWorker`` holding this level's value model."""
+        config = critic_config(view)
         worker_config = vc.TrainingWorkerConfig(
             model_type="value_model",
-            model_config=self.critic_config.model,
-            engine_config=engine,
-            optimizer_config=self.critic_config.optim,
-            checkpoint_config=self.critic_config.checkpoint,
+            model_config=config.model,
+            engine_config=config.engine,
+            optimizer_config=config.optim,
+            checkpoint_config=config.checkpoint,
         )
-        pool = vc.RayResourcePool(
-            process_on_nodes=[1], use_gpu=True, max_colocate_count=1, name_prefix=f"mlmt_{level}_critic"
-        )
-        self.worker_group = vc.RayWorkerGroup(
-            resource_pool=pool,
-            ray_cls_with_init=vc.RayClassWithInitArgs(cls=ray.remote(vc.TrainingWorker), config=worker_config),
-            name_prefix=f"mlmt_{level}_critic",
-            device_name=vc.get_device_name(),
-        )
+        return vc.RayClassWithInitArgs(cls=ray.remote(vc.TrainingWorker), config=worker_config)
 
     def init(self) -> None:
         self.worker_group.reset()
@@ -54,13 +51,15 @@ class CriticGroup:
 
     def compute_values(self, batch: DataProto) -> torch.Tensor:
         """Value estimates of every response position, (B, R)."""
-        td = self._tensordict(batch, compute_loss=False)
+        padded, pad = pad_to_multiple(batch, self.worker_group.world_size)
+        td = self._tensordict(padded, compute_loss=False)
         output = self.worker_group.infer_batch(td).get()
-        return vc.no_padding_2_padding(vc.tensordict_utils.get(output, "values"), td).float()
+        return unpad_rows(vc.no_padding_2_padding(vc.tensordict_utils.get(output, "values"), td).float(), pad)
 
     def update(self, batch: DataProto) -> dict[str, float]:
-        """One critic update on ``values`` / ``returns`` of ``batch``."""
-        size = largest_divisor_at_most(len(batch), self.critic_config.ppo_mini_batch_size)
+        """One critic update on ``values`` / ``returns`` of ``batch`` (padded with masked rows to the DP size)."""
+        batch, _ = pad_to_multiple(batch, self.worker_group.world_size)
+        size = mini_batch_size(len(batch), self.critic_config.ppo_mini_batch_size, self.worker_group.world_size)
         td = self._tensordict(
             batch,
             global_batch_size=size,
@@ -80,3 +79,11 @@ class CriticGroup:
 
     def load_checkpoint(self, path: str) -> None:
         self.worker_group.load_checkpoint(path, None, False)
+
+
+def critic_config(view: DictConfig) -> Any:
+    """verl's ``CriticConfig`` of the level in ``view`` with the engine's token budgets set from it."""
+    config = vc.omega_conf_to_dataclass(view.critic)
+    config.engine.infer_max_token_len_per_gpu = config.ppo_infer_max_token_len_per_gpu
+    config.engine.max_token_len_per_gpu = config.ppo_max_token_len_per_gpu
+    return config

@@ -108,22 +108,26 @@ def build_trainer(config: DictConfig):
     from agent_system.multi_turn_rollout.episode import EpisodeRunner
     from agent_system.prompts.templates import PromptBuilder
     from agent_system.rewards import RewardPool
-    from agent_system.trainer.critic import CriticGroup
     from agent_system.trainer.mlmt_trainer import MLMTTrainer
-    from agent_system.trainer.policy import build_policy_groups
+    from agent_system.trainer.placement import build_workers
 
     use_ref = reference_needed(config)
     train_frame, val_frame = _read_frame(config.data.train_files), _read_frame(config.data.val_files)
     if config.mlmt.reward.confidence_lambda > 0:
         check_reference_solutions(train_frame, config.data.train_files)
-    groups = build_policy_groups(config, use_ref)
-    critics = {
-        level: CriticGroup(level, group.view)
-        for level, group in groups.items()
-        if config.mlmt[level].adv_estimator == "gae"
-    }
-    for worker in [*groups.values(), *critics.values()]:
-        worker.init()
+    critic_levels = tuple(level for level in ("ll", "hl") if config.mlmt[level].adv_estimator == "gae")
+    groups, critics = build_workers(config, use_ref, critic_levels)
+    for group in groups.values():
+        group.init()
+    for critic in critics.values():
+        critic.init()
+    snapshot = None
+    reward = config.mlmt.reward
+    if reward.hl_reward == "contrastive" and reward.contrastive_reference == "lagged_snapshot":
+        from agent_system.trainer.snapshot import LaggedSnapshot
+
+        snapshot = LaggedSnapshot(config)
+        snapshot.init()
     tokenizers = {
         "ll": AutoTokenizer.from_pretrained(config.actor_rollout_ref.model.path),
         "hl": AutoTokenizer.from_pretrained(config.hl.model.path),
@@ -140,6 +144,7 @@ def build_trainer(config: DictConfig):
         pool,
         train_frame,
         val_frame,
+        snapshot,
     )
 
 

@@ -49,8 +49,18 @@ class PolicyGroup:
             cls=ray.remote(vc.ActorRolloutRefWorker), config=view.actor_rollout_ref, role=role
         )
 
+    @property
+    def world_size(self) -> int:
+        """Data-parallel size of the actor: every batch sent to the workers is a multiple of it."""
+        return self.worker_group.world_size
+
     def init(self) -> None:
-        """Initialise the models (actor, ref), start the rollout servers and the weight-sync manager."""
+        """Initialise the models (actor, ref), start the rollout servers and the weight-sync manager.
+
+        The level's replica ranks start after the other level's (``placement.assign_replica_ranks``). The servers
+        are put to sleep as verl's own trainer does; :meth:`wake_up` loads the actor's weights into them before the
+        first generation (vLLM starts from ``load_format=dummy`` weights).
+        """
         self.worker_group.init_model()
         self.server_manager = vc.LLMServerManager.create(config=self.view, worker_group=self.worker_group)
         self.client = self.server_manager.get_client()
@@ -58,6 +68,32 @@ class PolicyGroup:
         self.checkpoint_manager = vc.CheckpointEngineManager(
             config=engine_config, actor_wg=self.worker_group, replicas=self.server_manager.get_replicas()
         )
+        self.checkpoint_manager.sleep_replicas()
+        self._rollout_current = False
+
+    @property
+    def sleeps(self) -> bool:
+        """True when sleeping frees the rollout's weights (``rollout.free_cache_engine``, vLLM sleep mode on GPU)."""
+        return bool(self.config.rollout.free_cache_engine)
+
+    # ---------------------------------------------------------------- rollout memory and weights (verl's pattern)
+    def wake_up(self, global_steps: int) -> None:
+        """Before generating: load the actor's weights into the servers if they are stale or were freed by sleep."""
+        if self.sleeps or not self._rollout_current:
+            self.checkpoint_manager.update_weights(global_steps=global_steps)
+            self._rollout_current = True
+
+    def sleep(self) -> None:
+        """After generating: free the servers' memory for the log-prob and update passes (no-op without sleep mode)."""
+        self.checkpoint_manager.sleep_replicas()
+        if self.sleeps:
+            self._rollout_current = False
+
+    def sync_weights(self, global_steps: int) -> None:
+        """After an update: push the new weights now, or, in sleep mode, at the next :meth:`wake_up`."""
+        self._rollout_current = False
+        if not self.sleeps:
+            self.wake_up(global_steps)
 
     # ---------------------------------------------------------------- generation
     async def generate(self, prompt_ids: list[int], max_tokens: int, temperature: float, request_id: str) -> Any:
@@ -78,23 +114,29 @@ class PolicyGroup:
 
     def compute_log_prob(self, batch: DataProto) -> tuple[torch.Tensor, torch.Tensor]:
         """Actor log-probs and entropies of the responses, each (B, R)."""
-        td = self._to_tensordict(batch, calculate_entropy=True, compute_loss=False)
+        padded, pad = pad_to_multiple(batch, self.world_size)
+        td = self._to_tensordict(padded, calculate_entropy=True, compute_loss=False)
         output = self.worker_group.compute_log_prob(td)
         log_probs = vc.no_padding_2_padding(vc.tensordict_utils.get(output, "log_probs"), td)
         entropy = vc.no_padding_2_padding(vc.tensordict_utils.get(output, "entropy"), td)
-        return log_probs.float(), entropy.float()
+        return unpad_rows(log_probs.float(), pad), unpad_rows(entropy.float(), pad)
 
     def compute_ref_log_prob(self, batch: DataProto) -> torch.Tensor:
         """Reference-model log-probs of the responses, (B, R)."""
-        td = self._to_tensordict(batch, calculate_entropy=False, compute_loss=False)
+        padded, pad = pad_to_multiple(batch, self.world_size)
+        td = self._to_tensordict(padded, calculate_entropy=False, compute_loss=False)
         output = self.worker_group.compute_ref_log_prob(td)
-        return vc.no_padding_2_padding(vc.tensordict_utils.get(output, "log_probs"), td).float()
+        return unpad_rows(vc.no_padding_2_padding(vc.tensordict_utils.get(output, "log_probs"), td).float(), pad)
 
     def update_actor(self, batch: DataProto) -> dict[str, float]:
-        """One PPO/GRPO update over ``batch`` (needs ``old_log_probs`` and ``advantages``); returns metrics."""
+        """One PPO/GRPO update over ``batch`` (needs ``old_log_probs`` and ``advantages``); returns metrics.
+
+        The batch is padded to a multiple of the data-parallel size with masked rows (no loss, no gradient).
+        """
         actor = self.config.actor
+        batch, _ = pad_to_multiple(batch, self.world_size)
         batch.meta_info["multi_turn"] = False
-        mini_batch = largest_divisor_at_most(len(batch), actor.ppo_mini_batch_size)
+        mini_batch = mini_batch_size(len(batch), actor.ppo_mini_batch_size, self.world_size)
         td = self._to_tensordict(
             batch,
             calculate_entropy=actor.calculate_entropy or actor.entropy_coeff != 0.0,
@@ -109,10 +151,6 @@ class PolicyGroup:
         )
         output = self.worker_group.update_actor(td)
         return flatten_metrics(vc.tensordict_utils.get(output, "metrics"))
-
-    def sync_weights(self, global_steps: int) -> None:
-        """Push the actor's weights into this level's rollout servers."""
-        self.checkpoint_manager.update_weights(global_steps=global_steps)
 
     def save_checkpoint(self, path: str, global_steps: int) -> None:
         self.worker_group.save_checkpoint(path, None, global_steps, None)
@@ -133,6 +171,38 @@ def largest_divisor_at_most(total: int, limit: int) -> int:
     return next(size for size in range(min(total, max(limit, 1)), 0, -1) if total % size == 0)
 
 
+def mini_batch_size(total: int, limit: int, world_size: int) -> int:
+    """Rows per optimizer step for a batch of ``total`` rows (a multiple of ``world_size``) on ``world_size`` ranks.
+
+    verl splits the batch across ranks, then each rank's share into equal mini-batches of ``size / world_size``
+    rows: the size is ``world_size`` times a divisor of the per-rank share, the largest not above ``limit`` (at
+    least one row per rank).
+    """
+    if total % world_size:
+        raise ValueError(f"{total} rows cannot be split over {world_size} data-parallel ranks")
+    per_rank = largest_divisor_at_most(total // world_size, max(limit // world_size, 1))
+    return per_rank * world_size
+
+
+def pad_to_multiple(batch: DataProto, divisor: int) -> tuple[DataProto, int]:
+    """Pad ``batch`` to a multiple of ``divisor`` rows with masked copies of its first rows.
+
+    Padding rows keep a valid sequence (verl's padding-free conversion needs one) but have ``response_mask`` and
+    ``advantages`` zero, so they add nothing to a loss, a gradient or a token count. Returns (batch, rows added).
+    """
+    padded, pad = vc.pad_dataproto_to_divisor(batch, divisor)
+    if pad:
+        for key in ("response_mask", "advantages"):
+            if key in padded.batch.keys():
+                padded.batch[key][-pad:] = 0
+    return padded, pad
+
+
+def unpad_rows(tensor: torch.Tensor, pad: int) -> torch.Tensor:
+    """Drop the ``pad`` rows :func:`pad_to_multiple` added."""
+    return tensor[: len(tensor) - pad]
+
+
 def flatten_metrics(metrics: Any) -> dict[str, float]:
     """verl returns per-micro-batch metric lists; report their mean."""
     flat = {}
@@ -142,39 +212,3 @@ def flatten_metrics(metrics: Any) -> dict[str, float]:
         if numbers:
             flat[key] = sum(numbers) / len(numbers)
     return flat
-
-
-def build_policy_groups(config: DictConfig, use_ref: dict[str, bool]) -> dict[str, PolicyGroup]:
-    """Create the LL and HL worker groups with the configured placement (models not yet initialised).
-
-    ``split``: one resource pool per level (``mlmt.ll_gpus`` / ``mlmt.hl_gpus`` processes each).
-    ``colocated``: one pool of ``trainer.n_gpus_per_node * trainer.nnodes`` processes, each hosting both levels'
-    workers (verl's ``create_colocated_worker_cls``).
-    """
-    from agent_system.trainer.config import level_view
-
-    views = {level: level_view(config, level) for level in ("ll", "hl")}
-    classes = {level: PolicyGroup.worker_class(views[level], use_ref[level]) for level in views}
-    device = vc.get_device_name()
-    if config.mlmt.placement == "split":
-        groups = {}
-        for level in ("ll", "hl"):
-            size = config.mlmt[f"{level}_gpus"]
-            pool = vc.RayResourcePool(
-                process_on_nodes=[size], use_gpu=True, max_colocate_count=1, name_prefix=f"mlmt_{level}"
-            )
-            worker_group = vc.RayWorkerGroup(
-                resource_pool=pool, ray_cls_with_init=classes[level], name_prefix=f"mlmt_{level}", device_name=device
-            )
-            groups[level] = PolicyGroup(level, views[level], worker_group, use_ref[level])
-        return groups
-    size = config.trainer.n_gpus_per_node
-    pool = vc.RayResourcePool(
-        process_on_nodes=[size] * config.trainer.nnodes, use_gpu=True, max_colocate_count=1, name_prefix="mlmt_shared"
-    )
-    fused_cls = vc.create_colocated_worker_cls(class_dict=classes)
-    fused = vc.RayWorkerGroup(
-        resource_pool=pool, ray_cls_with_init=fused_cls, name_prefix="mlmt_shared", device_name=device
-    )
-    spawned = fused.spawn(prefix_set=classes.keys())
-    return {level: PolicyGroup(level, views[level], spawned[level], use_ref[level]) for level in ("ll", "hl")}

