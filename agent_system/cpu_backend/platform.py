@@ -139,12 +139,17 @@ class PlatformCPU(PlatformBase):
         return []
 
     def rollout_env_vars(self) -> dict[str, str]:
-        # vLLM-CPU: a 1 GiB KV cache per server (its default takes most of the host's memory) and no thread pinning
-        # on small machines; either can be set in the environment instead.
-        return {
-            "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"),
+        # vLLM-CPU: no thread pinning on small machines. The KV cache size comes from the CPU overlay
+        # (engine_kwargs.vllm.kv_cache_memory_bytes) unless VLLM_CPU_KVCACHE_SPACE (GiB) is set.
+        env = {
             "VLLM_CPU_OMP_THREADS_BIND": os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "nobind"),
+            # with the overlay's distributed_executor_backend=uni, the model runs inside the engine-core process
+            # instead of one more process per server (vLLM-CPU otherwise forces its multiprocess executor)
+            "VLLM_ENABLE_V1_MULTIPROCESSING": os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "0"),
         }
+        if os.environ.get("VLLM_CPU_KVCACHE_SPACE"):
+            env["VLLM_CPU_KVCACHE_SPACE"] = os.environ["VLLM_CPU_KVCACHE_SPACE"]
+        return env
 
     def is_ipc_supported(self) -> bool:
         return False
