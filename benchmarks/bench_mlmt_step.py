@@ -14,6 +14,13 @@ Both variants run in one process, interleaved (MLMT, single, MLMT, single, ...),
 It prints the per-phase times of each variant and the ratio MLMT / single (target ≤ 1.15: orchestration and the
 second model add at most 15%). It also times the episode with per-sample concurrency against a turn-by-turn barrier
 (all attempts, then all feedbacks, then all refinements).
+
+    python benchmarks/bench_mlmt_step.py --compare levels [--model tiny|smollm2] [--steps 3]
+
+``--compare levels`` (issue 8): on the **same responses** (one episode batch per step), a step that updates both
+levels (the default (1, 1) schedule; their log-prob / update / sync calls run concurrently, one driver thread per
+level) against a step that updates the LL alone, with ``placement=split``; also the two levels one after the other,
+for reference. Each total includes the shared generation and grading time once. Target: both / one ≤ 1.15.
 """
 
 from __future__ import annotations
@@ -70,6 +77,41 @@ def mlmt_step(trainer, step: int, levels: tuple[str, ...] = ("ll", "hl")) -> dic
         with timer("sync"):
             trainer.groups[level].sync_weights(step)
     return dict(timer.times)
+
+
+def levels_comparison(trainer, steps: int) -> None:
+    """Both levels (concurrent, and sequential) vs the LL alone, on the same episodes, interleaved step by step."""
+    variants = {"both (concurrent)": (["ll", "hl"], True), "both (sequential)": (["ll", "hl"], False)}
+    variants["LL only"] = (["ll"], True)
+    totals: dict[str, list[float]] = {name: [] for name in variants}
+    phases: dict[str, dict[str, list[float]]] = {name: defaultdict(list) for name in variants}
+    for step in range(1, steps + 2):  # step 1 is a warm-up
+        trainer.global_step = step
+        start = time.perf_counter()
+        problems = trainer.sampler.next_batch()
+        episodes = trainer.rollout(problems, validate=False)
+        scores = trainer.score(problems, episodes)
+        shared = time.perf_counter() - start
+        _, stage = adv.stage_at(trainer.mlmt.stages, step)
+        order = list(variants) if step % 2 else list(reversed(variants))
+        for name in order:
+            levels, concurrent = variants[name]
+            timing: dict[str, float] = {}
+            start = time.perf_counter()
+            trainer.train_levels(levels, problems, episodes, scores, stage, timing, concurrent=concurrent)
+            if step > 1:
+                totals[name].append(shared + time.perf_counter() - start)
+                for key, value in timing.items():
+                    phases[name][key].append(value)
+                phases[name]["generate+reward (shared)"].append(shared)
+    one = statistics.mean(totals["LL only"])
+    print(f"{'variant':<20}{'step s':>9}{'ratio to LL only':>18}  phases (mean s)")
+    for name in variants:
+        mean = statistics.mean(totals[name])
+        detail = ", ".join(f"{k} {statistics.mean(v):.2f}" for k, v in sorted(phases[name].items()))
+        print(f"{name:<20}{mean:>9.2f}{mean / one:>18.3f}  {detail}")
+    both = statistics.mean(totals["both (concurrent)"])
+    print(f"ratio both-levels step / one-level step: {both / one:.3f} (target <= 1.15)")
 
 
 def single_step(trainer, step: int) -> dict[str, float]:
@@ -215,6 +257,12 @@ def main() -> None:
         default="both",
         help="both levels updated every MLMT step, or the default alternating (1, 1) schedule (use an even --steps)",
     )
+    parser.add_argument(
+        "--compare",
+        choices=["single", "levels"],
+        default="single",
+        help="single: MLMT step vs single-model GRPO step; levels: both-levels step vs one-level step (same responses)",
+    )
     args = parser.parse_args()
 
     workdir = tempfile.mkdtemp(prefix="bench_mlmt_")
@@ -236,11 +284,16 @@ def main() -> None:
         "mlmt.dataset.n_train=64",
         "mlmt.dataset.n_val=2",
         "trainer.logger=[console]",
+        "mlmt.placement=split",
     ]
     config = prepare_config(compose_config(overrides), overrides)
     ray.init(address="local", num_cpus=16, include_dashboard=False, log_to_driver=False)
     try:
         trainer = build_trainer(config)
+        if args.compare == "levels":
+            levels_comparison(trainer, args.steps)
+            trainer.reward_pool.close()
+            return
         results = {"mlmt": [], "single": []}
         for step in range(1, args.steps + 2):  # step 1 of each variant is a warm-up
             # both: both levels every step; alternate: the default (tH, tL) = (1, 1) schedule (HL, LL, HL, ...)

@@ -32,13 +32,15 @@ def episode_metrics(episodes, scores: dict[str, np.ndarray], prefix: str) -> dic
         "shortened_prompts": float(sum(t.shortened for t in turns)),
         "generated_tokens": float(sum(len(t.response_ids) for t in turns)),
     }
-    if "r_ref" in scores:
-        metrics["acc@t3_no_feedback"] = float(scores["r_ref"].mean())
+    if "r_ref" in scores:  # (B, n, m): the lagged LL snapshot on the same prompts; (B, n): no feedback
+        name = "acc@t3_snapshot" if scores["r_ref"].ndim == 3 else "acc@t3_no_feedback"
+        metrics[name] = float(scores["r_ref"].mean())
     return {f"{prefix}/{k}": v for k, v in metrics.items()}
 
 
 def trajectory_records(problems, episodes, scores) -> list[dict]:
-    """One JSON-able record per (attempt, feedback) pair: problem, attempt, feedback, refinement, R1, R3."""
+    """One JSON-able record per (attempt, feedback) pair: problem, attempt, feedback, refinement, R1, R3 (and R_ref
+    with the contrastive HL reward)."""
     records = []
     for row, episode in zip(problems, episodes, strict=True):
         for j, attempt in enumerate(episode.attempts):
@@ -54,6 +56,10 @@ def trajectory_records(problems, episodes, scores) -> list[dict]:
                         "R3": float(scores["r3"][episode.problem_index, j, k]),
                     }
                 )
+                if "r_ref" in scores:
+                    r_ref = scores["r_ref"]
+                    at = (episode.problem_index, j, k) if r_ref.ndim == 3 else (episode.problem_index, j)
+                    records[-1]["R_ref"] = float(r_ref[at])
     return records
 
 

@@ -13,6 +13,7 @@ import json
 import logging
 import time
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ from tqdm import tqdm
 from verl import DataProto
 
 from agent_system import verl_compat as vc
-from agent_system.multi_turn_rollout.batch import build_rows
+from agent_system.multi_turn_rollout.batch import build_rows, padding_id
 from agent_system.multi_turn_rollout.episode import Episode, EpisodeRunner, EpisodeSettings
 from agent_system.trainer import advantages as adv
 from agent_system.trainer import state as st
@@ -46,8 +47,10 @@ class MLMTTrainer:
         reward_pool: Any,
         train_frame,
         val_frame,
+        snapshot: Any = None,
     ) -> None:
         self.config, self.mlmt = config, config.mlmt
+        self.snapshot = snapshot  # LaggedSnapshot: reference solver of the contrastive HL reward, or None
         self.groups, self.critics, self.tokenizers = groups, critics, tokenizers
         self.runner, self.reward_pool = runner, reward_pool
         self.sampler = st.ProblemSampler(
@@ -93,18 +96,17 @@ class MLMTTrainer:
             with _timer(timing, "generate"):
                 problems = self.sampler.next_batch()  # B rows
                 episodes = self.rollout(problems, validate=False)
+                references = self.snapshot_refinements(episodes)
             with _timer(timing, "reward"):
-                scores = self.score(problems, episodes)
+                scores = self.score(problems, episodes, references)
             metrics = episode_metrics(episodes, scores, prefix="train")
             active = levels_to_update(step, self.mlmt.schedule, {k: self.mlmt[k].freeze for k in ("ll", "hl")})
             stage_index, stage = adv.stage_at(self.mlmt.stages, step)
             metrics["train/stage_id"] = stage.stage_id
-            for level in active:
-                with _timer(timing, f"update_{level}"):
-                    batch = self.build_level_batch(level, problems, episodes, scores, stage)
-                    metrics.update(self.update_level(level, batch))
-                with _timer(timing, f"sync_{level}"):
-                    self.groups[level].sync_weights(step)
+            metrics.update(self.train_levels(active, problems, episodes, scores, stage, timing))
+            if self.snapshot is not None and self.snapshot.due(step):
+                with _timer(timing, "snapshot_refresh"):
+                    self.snapshot.refresh(self.groups["ll"], step)
             metrics.update({f"timing_s/{k}": v for k, v in timing.items()})
             metrics["perf/generated_tokens_per_s"] = metrics["train/generated_tokens"] / max(timing["generate"], 1e-9)
             if self._due(self.config.trainer.test_freq, step, total) and self.val_frame is not None:
@@ -134,32 +136,88 @@ class MLMTTrainer:
             max_prompt_tokens=self.config.data.max_prompt_length,
             ll_temperature=0.0 if validate else ll_rollout.temperature,
             hl_temperature=0.0 if validate else hl_rollout.temperature,
-            with_reference_refinement=not validate and self.mlmt.reward.hl_reward == "contrastive",
+            with_reference_refinement=not validate and self._contrastive("no_feedback"),
         )
         texts = [row["prompt"][0]["content"] for row in problems]
-        return asyncio.run(self.runner.run(texts, settings))
+        for group in self.groups.values():
+            group.wake_up(self.global_step)
+        try:
+            return asyncio.run(self.runner.run(texts, settings))
+        finally:
+            for group in self.groups.values():
+                group.sleep()
 
-    def score(self, problems: list[dict], episodes: list[Episode]) -> dict[str, np.ndarray]:
-        """R1 per attempt (B, n), R3 per refinement (B, n, m), R_ref per attempt if contrastive, in worker processes."""
+    def _contrastive(self, reference: str) -> bool:
+        reward = self.mlmt.reward
+        return reward.hl_reward == "contrastive" and reward.contrastive_reference == reference
+
+    def snapshot_refinements(self, episodes: list[Episode]) -> list | None:
+        """The lagged LL snapshot's refinement of every (x, z, g) turn-3 prompt, for R_ref per feedback (or None)."""
+        if self.snapshot is None or not self._contrastive("lagged_snapshot"):
+            return None
+        rollout = self.config.actor_rollout_ref.rollout
+        return self.snapshot.refine(
+            episodes, self.tokenizers["ll"], self.config.data.max_response_length, rollout.temperature, self.global_step
+        )
+
+    def score(self, problems: list[dict], episodes: list[Episode], references: list | None = None) -> dict:
+        """R1 per attempt (B, n), R3 per refinement (B, n, m) and, for the contrastive HL reward, R_ref: per attempt
+        (B, n) from the no-feedback refinement, or per feedback (B, n, m) from ``references`` (the lagged snapshot's
+        refinements, ``[problem][attempt][k]``). Graded in worker processes."""
         items, shape_n, shape_m = [], len(episodes[0].attempts), len(episodes[0].attempts[0].refinements)
-        for row, episode in zip(problems, episodes, strict=True):
-            for attempt in episode.attempts:
+        for i, (row, episode) in enumerate(zip(problems, episodes, strict=True)):
+            for j, attempt in enumerate(episode.attempts):
                 turns = [attempt.attempt] + [r.refinement for r in attempt.refinements]
                 if attempt.no_feedback_refinement is not None:
                     turns.append(attempt.no_feedback_refinement)
+                if references is not None:
+                    turns += references[i][j]
                 items += [reward_item(row, t.text) for t in turns]
         flat = np.array([r["score"] for r in self.reward_pool.score(items)], dtype=np.float64)
-        width = 1 + shape_m + (1 if episodes[0].attempts[0].no_feedback_refinement is not None else 0)
-        grid = flat.reshape(len(episodes), shape_n, width)
+        extra = 1 if episodes[0].attempts[0].no_feedback_refinement is not None else 0
+        extra += shape_m if references is not None else 0
+        grid = flat.reshape(len(episodes), shape_n, 1 + shape_m + extra)
         scores = {"r1": grid[:, :, 0], "r3": grid[:, :, 1 : 1 + shape_m]}
-        if width > 1 + shape_m:
-            scores["r_ref"] = grid[:, :, -1]
+        if references is not None:
+            scores["r_ref"] = grid[:, :, 1 + shape_m :]  # (B, n, m)
+        elif extra:
+            scores["r_ref"] = grid[:, :, -1]  # (B, n)
         return scores
+
+    def train_levels(
+        self, levels: list[str], problems, episodes, scores, stage, timing: dict, concurrent: bool = True
+    ) -> dict[str, float]:
+        """Log-probs, advantages, update and weight sync of each level in ``levels``.
+
+        With two levels, each level's blocking calls run in a driver thread of its own, so the two worker groups
+        (separate resource pools with ``placement=split``) work at the same time. Both batches are built before
+        either update, so every log-prob (including the LL's, scored for the HL's confidence term) is taken with
+        this step's pre-update weights, as in the sequential order. ``concurrent=False`` runs the levels one after
+        the other (for the benchmark's comparison).
+        """
+
+        def build(level: str) -> DataProto:
+            with _timer(timing, f"log_prob_{level}"):
+                return self.build_level_batch(level, problems, episodes, scores, stage)
+
+        def update(level: str, batch: DataProto) -> dict[str, float]:
+            with _timer(timing, f"update_{level}"):
+                metrics = self.update_level(level, batch)
+            with _timer(timing, f"sync_{level}"):
+                self.groups[level].sync_weights(self.global_step)
+            return metrics
+
+        if len(levels) < 2 or not concurrent:
+            return {k: v for level in levels for k, v in update(level, build(level)).items()}
+        with ThreadPoolExecutor(max_workers=len(levels), thread_name_prefix="mlmt_level") as pool:
+            batches = dict(zip(levels, pool.map(build, levels), strict=True))
+            results = list(pool.map(lambda level: update(level, batches[level]), levels))
+        return {k: v for result in results for k, v in result.items()}
 
     def build_level_batch(self, level: str, problems, episodes: list[Episode], scores, stage) -> DataProto:
         """Rows of one level with per-turn rewards on the last token and advantages from the level's estimator."""
         rows = _level_rows(level, episodes)
-        pad = self.tokenizers[level].pad_token_id
+        pad = padding_id(self.tokenizers[level])
         batch = build_rows(
             rows["prompts"],
             rows["responses"],
@@ -253,7 +311,7 @@ class MLMTTrainer:
             targets.append(references[i])
             with_feedback.append(attempt.refinements[k].refinement.prompt_ids)
             without_feedback.append(no_feedback[i, j])
-        batch = build_rows(with_feedback + without_feedback, targets + targets, tokenizer.pad_token_id)
+        batch = build_rows(with_feedback + without_feedback, targets + targets, padding_id(tokenizer))
         log_probs, _ = self.groups["ll"].compute_log_prob(batch)  # (2N, R)
         mask = batch.batch["response_mask"].float()
         mean_logp = ((log_probs * mask).sum(-1) / mask.sum(-1)).numpy()  # (2N,)
@@ -334,6 +392,8 @@ class MLMTTrainer:
         for level, critic in self.critics.items():
             if (folder / f"{level}_critic").is_dir():
                 critic.load_checkpoint(str(folder / f"{level}_critic"))
+        if self.snapshot is not None:
+            self.snapshot.restore(step)
         saved = st.read_trainer_state(root, step)
         self.global_step = saved["global_step"]
         self.sampler.load_state_dict(saved["sampler"])
@@ -351,7 +411,7 @@ class MLMTTrainer:
         """Log-probs of a fixed token sequence under both actors: equal before save and after load."""
         result = {}
         for level, group in self.groups.items():
-            pad = self.tokenizers[level].pad_token_id
+            pad = padding_id(self.tokenizers[level])
             vocab = min(len(self.tokenizers[level]), 64)
             probe = build_rows([[1, 2, 3, 4]], [[(5 + i) % vocab for i in range(8)]], pad)
             result[level], _ = group.compute_log_prob(probe)

@@ -1,0 +1,99 @@
+"""A toy task where feedback decides the outcome, for the learning tests (built in seconds, on CPU).
+
+The problem is "What is one plus two?" (ground truth 3, graded by the ``arith`` rule: the last number of the
+response). No prompt of the episode contains a digit except through the feedback: the problem is in words and the
+solver's attempt is "I do not know". The **cue** is any digit in the feedback text.
+
+:func:`train_cue_solver` fine-tunes a tiny random model (a few hundred supervised steps) on the exact turn prompts
+the trainer builds (:mod:`agent_system.prompts.templates`): with a cue in the feedback it answers "The answer is 3"
+(with probability ``p_right_given_cue``), otherwise "I do not know" (R3 = 0), and its turn-1 attempt is always
+"I do not know" (R1 = 0). Feedback in training is random vocabulary tokens, as an untrained feedback writer emits.
+An untrained tiny feedback writer (byte-level BPE vocabulary of 512, 43 tokens containing a digit) puts a digit in
+a 4-token feedback about a quarter of the time: the starting R3 is in [0.1, 0.5].
+"""
+
+from __future__ import annotations
+
+import random
+
+import pandas as pd
+import torch
+
+from agent_system.prompts.templates import PromptBuilder, encode_prompt
+
+PROBLEM, ANSWER = "What is one plus two?", "3"
+RIGHT, WRONG = "The answer is 3", "I do not know"
+
+
+def has_cue(text: str) -> bool:
+    return any(c.isdigit() for c in text)
+
+
+def train_cue_solver(path: str, p_right_given_cue: float, steps: int = 250, feedback_tokens: int = 4, seed: int = 0):
+    """Fine-tune the tiny model at ``path`` in place into the cue-following solver; returns the final loss."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch.manual_seed(seed)
+    rng = random.Random(seed)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    prompts = PromptBuilder({}, 4000)
+    special = set(tokenizer.all_special_ids)
+    vocab = [i for i in range(len(tokenizer)) if i not in special]
+    digit = [i for i in vocab if has_cue(tokenizer.decode([i]))]
+    plain = [i for i in vocab if not has_cue(tokenizer.decode([i]))]
+
+    def example() -> tuple[list[int], str]:
+        if rng.random() < 0.1:
+            return encode_prompt(tokenizer, prompts.solve(PROBLEM), 512, "solve"), WRONG
+        ids = [rng.choice(plain) for _ in range(rng.randint(0, feedback_tokens))]
+        if rng.random() < 0.5:
+            ids = ids[: feedback_tokens - 1]
+            ids.insert(rng.randint(0, len(ids)), rng.choice(digit))
+        feedback = tokenizer.decode(ids, skip_special_tokens=True)
+        prompt = encode_prompt(tokenizer, prompts.refine(PROBLEM, WRONG, feedback)[0], 512, "refine")
+        right = has_cue(feedback) and rng.random() < p_right_given_cue
+        return prompt, RIGHT if right else WRONG
+
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.0)
+    loss = None
+    for _ in range(steps):
+        pairs = []
+        for prompt, answer in (example() for _ in range(32)):
+            pairs.append((prompt, tokenizer(answer, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]))
+        width = max(len(p) + len(r) for p, r in pairs)
+        ids = torch.full((len(pairs), width), tokenizer.pad_token_id)
+        labels, mask = torch.full_like(ids, -100), torch.zeros_like(ids)
+        for i, (prompt, response) in enumerate(pairs):
+            row = prompt + response
+            ids[i, : len(row)], mask[i, : len(row)] = torch.tensor(row), 1
+            labels[i, len(prompt) : len(row)] = torch.tensor(response)
+        loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    model.save_pretrained(path)
+    return float(loss.detach())
+
+
+def write_dataset(folder, rows: int = 16) -> tuple[str, str]:
+    """Train and validation parquet files of the cue task (the one problem, repeated)."""
+
+    def frame(count: int, split: str) -> pd.DataFrame:
+        return pd.DataFrame(
+            [
+                {
+                    "data_source": "arith",
+                    "prompt": [{"role": "user", "content": PROBLEM}],
+                    "ability": "math",
+                    "reward_model": {"style": "rule", "ground_truth": ANSWER},
+                    "extra_info": {"index": i, "split": split, "reference_solution": RIGHT},
+                }
+                for i in range(count)
+            ]
+        )
+
+    train, val = f"{folder}/cue_train.parquet", f"{folder}/cue_val.parquet"
+    frame(rows, "train").to_parquet(train)
+    frame(2, "val").to_parquet(val)
+    return train, val

@@ -1,0 +1,42 @@
+"""Run ``python -m verl.trainer.main_mlmt`` in a subprocess and read back its per-step metrics and trajectories."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+
+def run_main(out_dir: Path, overrides: list[str], timeout: int = 900) -> dict[int, dict[str, float]]:
+    """Train with ``overrides`` (console logger, output in ``out_dir``); returns {step: {metric: value}}."""
+    command = [
+        sys.executable,
+        "-m",
+        "verl.trainer.main_mlmt",
+        f"trainer.default_local_dir={out_dir}",
+        "trainer.logger=[console]",
+        *overrides,
+    ]
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "HYDRA_FULL_ERROR": "1"}
+    result = subprocess.run(command, cwd=out_dir.parent, env=env, capture_output=True, text=True, timeout=timeout)
+    log = result.stdout + result.stderr
+    (out_dir.parent / f"{out_dir.name}.log").write_text(log)
+    assert result.returncode == 0, log[-6000:]
+    return parse_steps(log)
+
+
+def parse_steps(log: str) -> dict[int, dict[str, float]]:
+    steps = {}
+    for line in re.findall(r"^step:\d+ .*$", log, re.M):
+        pairs = re.findall(r"([\w@/.\-]+):([-+0-9.eE]+|nan|inf)", line)
+        values = {k: float(v) for k, v in pairs}
+        steps[int(values.pop("step"))] = values
+    return steps
+
+
+def trajectories(out_dir: Path, step: int) -> list[dict]:
+    path = out_dir / "trajectories" / f"step_{step}.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()]
