@@ -1,6 +1,6 @@
 """verl plugin of MLMT-RL, loaded by ``import verl`` through the ``verl.plugins`` entry point (see setup.py).
 
-It does three things, in every process that imports verl (driver, task runner, Ray workers):
+It does four things, in every process that imports verl (driver, task runner, Ray workers):
 
 1. makes the single module name ``verl.trainer.main_mlmt`` resolve to the repository's shim
    ``verl/trainer/main_mlmt.py`` (``import verl`` stays the PyPI package), so
@@ -10,6 +10,8 @@ It does three things, in every process that imports verl (driver, task runner, R
    never share a name or a weight-transfer socket;
 3. selects the project's ``cpu`` platform when ``VERL_PLATFORM=cpu`` or when no GPU is visible, and applies the
    CPU adjustments of :mod:`agent_system.verl_compat`. On a machine with GPUs nothing changes.
+
+4. filters known library noise from the console (:mod:`agent_system.console`).
 
 verl logs plugin load failures only at DEBUG, so failures here are logged at ERROR before they propagate, and
 ``agent_system.verl_plugin.LOADED`` lets callers check that the plugin ran.
@@ -93,8 +95,9 @@ def _load() -> None:
     global LOADED, CPU_BACKEND_ACTIVE
     import sys
 
-    from agent_system import verl_compat
+    from agent_system import console, verl_compat
 
+    console.install()
     if not any(isinstance(finder, _EntryModuleFinder) for finder in sys.meta_path):
         sys.meta_path.insert(0, _EntryModuleFinder())
     verl_compat.register_hf_rollout()

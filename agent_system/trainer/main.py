@@ -162,7 +162,12 @@ def run_mlmt(config: DictConfig) -> dict:
         ray_init = OmegaConf.to_container(config.ray_kwargs.ray_init, resolve=True)
         runtime_env = {k: v for k, v in (ray_init.pop("runtime_env", None) or {}).items() if v is not None}
         runtime_env.setdefault("env_vars", {}).update(
-            {"TOKENIZERS_PARALLELISM": "false", "VERL_PLATFORM": os.environ.get("VERL_PLATFORM", "")}
+            {
+                "TOKENIZERS_PARALLELISM": "false",
+                "VERL_PLATFORM": os.environ.get("VERL_PLATFORM", ""),
+                # vLLM's per-request INFO lines drown the step metrics (verl's own trainer sets the same)
+                "VLLM_LOGGING_LEVEL": os.environ.get("VLLM_LOGGING_LEVEL", "WARNING"),
+            }
         )
         if os.environ.get("RAY_ADDRESS"):  # an existing cluster (Slurm scripts): its resources are already set
             ray.init(address=os.environ["RAY_ADDRESS"], runtime_env=runtime_env)

