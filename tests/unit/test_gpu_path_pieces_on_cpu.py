@@ -74,7 +74,11 @@ def test_padding_id_falls_back_to_eos_for_padless_tokenizers(tmp_path):
 
 @pytest.mark.parametrize(
     ("overrides", "offset"),
-    [(["mlmt.ll_gpus=2", "mlmt.hl_gpus=2"], 2), (["mlmt.placement=colocated", "trainer.n_gpus_per_node=4"], 4), ([], 1)],
+    [
+        (["mlmt.ll_gpus=2", "mlmt.hl_gpus=2"], 2),
+        (["mlmt.placement=colocated", "trainer.n_gpus_per_node=4"], 4),
+        ([], 1),
+    ],
 )
 def test_hl_replica_ranks_start_after_the_ll_replicas(overrides, offset):
     from agent_system.trainer.config import compose_config
@@ -102,9 +106,12 @@ def test_vllm_cpu_plugin_keeps_linear_weights_for_weight_sync():
 def test_console_filter_drops_known_noise_only(caplog):
     from agent_system import console
 
-    noise = logging.LogRecord("vllm.v1.worker", logging.WARNING, "", 0, "libiomp is not found in LD_PRELOAD", None, None)
-    real = logging.LogRecord("vllm.v1.worker", logging.WARNING, "", 0, "KV cache is too small", None, None)
-    other = logging.LogRecord("agent_system", logging.WARNING, "", 0, "libiomp is not found in LD_PRELOAD", None, None)
+    def record(name: str, message: str) -> logging.LogRecord:
+        return logging.LogRecord(name, logging.WARNING, "", 0, message, None, None)
+
+    noise = record("vllm.v1.worker", "libiomp is not found in LD_PRELOAD")
+    real = record("vllm.v1.worker", "KV cache is too small")
+    other = record("agent_system", "libiomp is not found in LD_PRELOAD")
     keep = console.KnownNoiseFilter()
     assert not keep.filter(noise) and keep.filter(real) and keep.filter(other)
     console.install()
