@@ -45,6 +45,17 @@ class KnownNoiseFilter(logging.Filter):
 _FILTER = KnownNoiseFilter()
 
 
+def keep_root_log_level() -> None:
+    """Stop vLLM's dependency ``model_hosting_container_standards`` from raising the root logger to ERROR.
+
+    On import it sets the root logger and its handlers to ``SAGEMAKER_CONTAINER_LOG_LEVEL`` (default ERROR), which
+    silences every INFO line of this project (checkpoints, resume, the run summary). Call after logging is set up:
+    the variable is pinned to the root logger's current level.
+    """
+    level = logging.getLogger().getEffectiveLevel()
+    os.environ.setdefault("SAGEMAKER_CONTAINER_LOG_LEVEL", logging.getLevelName(level))
+
+
 def install() -> None:
     """Filter the known noise in this process (idempotent)."""
     if os.environ.get("MLMT_SHOW_ALL_LOGS"):

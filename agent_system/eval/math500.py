@@ -32,6 +32,7 @@ from typing import Any
 import pandas as pd
 from tqdm import tqdm
 
+from agent_system import console
 from agent_system.cpu_backend.hf_server import HFRolloutServer, stop_tokens
 from agent_system.multi_turn_rollout.episode import EpisodeRunner, EpisodeSettings
 from agent_system.prompts.templates import PromptBuilder
@@ -228,6 +229,7 @@ def main() -> None:
     parser.add_argument("--out", default=None, help="per-problem JSONL (turn texts and correctness)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    console.keep_root_log_level()
     summary = evaluate(args)
     logger.info("MATH-500 evaluation: %s", json.dumps(summary))
 

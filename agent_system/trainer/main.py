@@ -152,7 +152,10 @@ def run_mlmt(config: DictConfig) -> dict:
     """Entry of ``python -m verl.trainer.main_mlmt``: train, then log a short summary."""
     import ray
 
+    from agent_system import console
+
     _setup_logging()
+    console.keep_root_log_level()
     config = prepare_config(config, _user_overrides())
     out_dir = Path(config.trainer.default_local_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -121,3 +121,18 @@ def test_console_filter_drops_known_noise_only(caplog):
         warnings.warn("torchtitan engine is not available: ModuleNotFoundError", UserWarning, stacklevel=1)
         warnings.warn("a real problem", UserWarning, stacklevel=1)
     assert [str(w.message) for w in seen] == ["a real problem"]
+
+
+def test_project_info_logs_survive_vllms_logging_dependency(monkeypatch):
+    """vLLM's dependency model_hosting_container_standards raises the root logger (and its handlers) to ERROR on import,
+    which hid "checkpoint saved", "resumed from" and the run summary."""
+    from model_hosting_container_standards.logging_config import configure_root_logger
+
+    from agent_system import console
+
+    monkeypatch.delenv("SAGEMAKER_CONTAINER_LOG_LEVEL", raising=False)
+    root = logging.getLogger()
+    monkeypatch.setattr(root, "level", logging.INFO)
+    console.keep_root_log_level()
+    configure_root_logger()
+    assert root.level == logging.INFO
