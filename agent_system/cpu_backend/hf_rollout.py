@@ -55,6 +55,7 @@ def _server_init_args(config: Any, model_config: Any, replica_rank: int) -> dict
         "default_max_tokens": config.response_length,
         "options": dict(config.engine_kwargs.get("hf", None) or {}),
         "seed": replica_rank,
+        "free_weights_on_sleep": bool(config.free_cache_engine),
     }
 
 

