@@ -6,4 +6,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install.sh
 export RAY_AUTH_MODE="${RAY_AUTH_MODE:-disabled}"
-exec .venv/bin/python -m pytest -q "$@" tests
+# --durations=15: the slowest tests; tests/_ci_guard.py prints the suite's peak memory and any leftover processes.
+exec .venv/bin/python -m pytest -q -p no:cacheprovider --durations=15 "$@" tests

@@ -9,6 +9,10 @@ import pytest
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
+# --- CI guard (tests/_ci_guard.py): the suite's peak memory in the terminal summary, and an autouse fixture that
+# --- waits for (then kills) every process a test started before the next test begins. Keep this line here.
+pytest_plugins = ["_ci_guard"]
+
 
 @pytest.fixture(scope="session")
 def tiny_models(tmp_path_factory):

@@ -1,4 +1,10 @@
-"""The code sandbox with real subprocesses: normal programs, then one hostile program per threat."""
+"""The code sandbox with real subprocesses: normal programs, then one hostile program per threat.
+
+Robust under load (2 cores busy with Ray and vLLM): programs that are expected to finish get ROOMY limits, so a slow
+start can never turn into a "timeout"; a tight limit is used only where that limit is what the test is about, and
+then the outcome is asserted on the cause the sandbox reports (its error, the per-test failure message), with wall
+times checked only against generous bounds. Cleanup of killed processes is awaited, not slept for.
+"""
 
 import json
 import os
@@ -14,7 +20,7 @@ from agent_system.rewards import compute_score
 from agent_system.rewards.code_reward import extract_code
 from agent_system.rewards.code_sandbox import SandboxLimits, isolation_mode, run_tests
 
-FAST = SandboxLimits(timeout_s=3.0, per_test_s=1.5)
+ROOMY = SandboxLimits(timeout_s=60.0, per_test_s=30.0)  # for programs that finish: never reached, even under load
 ADD_TESTS = ["assert add(1, 2) == 3", "assert add(2, 2) == 4"]
 GOOD = "def add(a, b):\n    return a + b\n"
 
@@ -44,56 +50,62 @@ def _processes_under(root: str) -> list[int]:
     return found
 
 
+def _remaining_under(root: str, timeout_s: float = 15.0) -> list[int]:
+    """Waits (bounded) until no process is left under ``root``: the kernel reaps a killed namespace asynchronously."""
+    deadline = time.monotonic() + timeout_s
+    while (found := _processes_under(root)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return found
+
+
 def test_passing_failing_and_broken_programs():
-    assert run_tests(GOOD, ADD_TESTS, limits=FAST).all_passed
-    wrong = run_tests("def add(a, b):\n    return a - b\n", ADD_TESTS + ["assert add(0, 0) == 0"], limits=FAST)
+    assert run_tests(GOOD, ADD_TESTS, limits=ROOMY).all_passed
+    wrong = run_tests("def add(a, b):\n    return a - b\n", ADD_TESTS + ["assert add(0, 0) == 0"], limits=ROOMY)
     assert wrong.passed == [False, False, True] and wrong.pass_rate == pytest.approx(1 / 3)
     assert "left side evaluated to -1" in wrong.first_failure
-    broken = run_tests("def add(a, b) return", ADD_TESTS, limits=FAST)
+    broken = run_tests("def add(a, b) return", ADD_TESTS, limits=ROOMY)
     assert broken.error == "program error" and "SyntaxError" in broken.first_failure
 
 
 def test_setup_code_runs_after_program_like_mbpp():
     code = "class Node:\n    def __init__(self, v):\n        self.v = v\ndef value(n):\n    return n.v\n"
-    assert run_tests(code, ["assert value(root) == 1"], setup_code="root = Node(1)", limits=FAST).all_passed
+    assert run_tests(code, ["assert value(root) == 1"], setup_code="root = Node(1)", limits=ROOMY).all_passed
 
 
 def test_infinite_loop_is_cut_per_test_and_keeps_partial_credit():
     code = "def f(x):\n    while x == 0:\n        pass\n    return x\n"
-    start = time.monotonic()
-    result = run_tests(code, ["assert f(1) == 1", "assert f(0) == 0", "assert f(2) == 2"], limits=FAST)
+    limits = SandboxLimits(timeout_s=60.0, per_test_s=1.5)
+    result = run_tests(code, ["assert f(1) == 1", "assert f(0) == 0", "assert f(2) == 2"], limits=limits)
     assert result.passed == [True, False, True]
     assert "time limit" in result.first_failure
-    assert time.monotonic() - start < FAST.timeout_s + 2
+    assert result.error is None  # the per-test timer cut the loop, the run's wall-clock limit never fired
 
 
 def test_wall_clock_limit_when_candidate_disables_the_alarm(sandbox_root):
     code = "import signal, time\nsignal.signal(signal.SIGALRM, signal.SIG_IGN)\nwhile True:\n    time.sleep(0.01)\n"
-    start = time.monotonic()
-    result = run_tests(code, ADD_TESTS, limits=SandboxLimits(timeout_s=2.0, per_test_s=1.0))
-    assert result.error == "timeout" and not any(result.passed)
-    assert time.monotonic() - start < 5.0
-    assert not _processes_under(sandbox_root)
+    limits = SandboxLimits(timeout_s=2.0, per_test_s=1.0)
+    result = run_tests(code, ADD_TESTS, limits=limits)
+    assert result.error == "timeout" and not any(result.passed)  # the parent's deadline, not an early exit
+    assert limits.timeout_s <= result.duration_s < limits.timeout_s + 20  # generous: kill + cleanup under load
+    assert not _remaining_under(sandbox_root)
 
 
 def test_fork_bomb_is_contained_and_fully_killed(sandbox_root):
     code = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n"
-    start = time.monotonic()
-    result = run_tests(code, ADD_TESTS, limits=SandboxLimits(timeout_s=2.0, per_test_s=5.0))
-    assert not any(result.passed)
-    assert time.monotonic() - start < 5.0
-    time.sleep(0.2)  # the kernel reaps the namespace asynchronously
-    assert not _processes_under(sandbox_root)
-    assert run_tests(GOOD, ADD_TESTS, limits=FAST).all_passed
+    limits = SandboxLimits(timeout_s=2.0, per_test_s=5.0)
+    result = run_tests(code, ADD_TESTS, limits=limits)
+    assert not any(result.passed) and result.error in ("timeout", "exited early")
+    assert result.duration_s < limits.timeout_s + 20  # bounded by the wall-clock limit (generous: busy machine)
+    assert not _remaining_under(sandbox_root)
+    assert run_tests(GOOD, ADD_TESTS, limits=ROOMY).all_passed
 
 
 def test_setsid_escape_is_killed_with_the_pid_namespace(sandbox_root):
     code = (
         "import os, time\nif os.fork() == 0:\n    os.setsid()\n    time.sleep(60)\ndef add(a, b):\n    return a + b\n"
     )
-    assert run_tests(code, ADD_TESTS, limits=FAST).all_passed
-    time.sleep(0.2)
-    assert not _processes_under(sandbox_root)
+    assert run_tests(code, ADD_TESTS, limits=ROOMY).all_passed
+    assert not _remaining_under(sandbox_root)
 
 
 def test_memory_bomb_fails_without_hurting_the_parent():
@@ -101,7 +113,7 @@ def test_memory_bomb_fails_without_hurting_the_parent():
         "def add(a, b):\n    return [0] * 10**10\n"
         "def grow(a, b):\n    blocks = []\n    while True:\n        blocks.append(bytearray(100_000_000))\n"
     )
-    limits = SandboxLimits(timeout_s=5.0, per_test_s=4.0)
+    limits = SandboxLimits(timeout_s=60.0, per_test_s=30.0)  # RLIMIT_AS stops both, not the clock
     result = run_tests(code, ["assert add(1, 2) == 3", "assert grow(1, 2)"], limits=limits)
     assert result.passed == [False, False] and "MemoryError" in result.first_failure
     assert result.error is None  # the harness survived both and reported them
@@ -124,7 +136,7 @@ def test_cannot_delete_or_write_files_outside_the_temp_dir(tmp_path):
         "        try:\n            fn()\n            return 'succeeded'\n        except OSError:\n            pass\n"
         "    open('inside.txt', 'w').write('ok')\n    return open('inside.txt').read()\n"
     )
-    assert run_tests(code, ["assert attack() == 'ok'"], limits=FAST).all_passed
+    assert run_tests(code, ["assert attack() == 'ok'"], limits=ROOMY).all_passed
     assert victim.read_text() == "keep me" and not (victim_dir / "new.txt").exists()
     assert not os.path.exists("/etc/mlmt_owned")
 
@@ -133,11 +145,11 @@ def test_sockets_cannot_reach_a_local_server():
     server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     server.bind(("127.0.0.1", 0))
     server.listen(1)
-    server.settimeout(3)
+    server.settimeout(0.2)
     port = server.getsockname()[1]
-    accepted = []
-    thread = threading.Thread(target=lambda: _accept_once(server, accepted), daemon=True)
-    thread.start()
+    accepted, stop = [], threading.Event()
+    thread = threading.Thread(target=_accept_until, args=(server, accepted, stop), daemon=True)
+    thread.start()  # listens for as long as the candidate runs, however slow the machine
     code = (
         "import _socket, socket\n"
         "def reach():\n    out = []\n"
@@ -148,36 +160,42 @@ def test_sockets_cannot_reach_a_local_server():
         "            out.append('connected')\n"
         "        except OSError:\n            out.append('blocked')\n    return out\n"
     )
-    assert run_tests(code, ["assert reach() == ['blocked', 'blocked']"], limits=FAST).all_passed
-    thread.join(timeout=4)
-    server.close()
+    try:
+        assert run_tests(code, ["assert reach() == ['blocked', 'blocked']"], limits=ROOMY).all_passed
+    finally:
+        stop.set()
+        thread.join(timeout=10)
+        server.close()
     assert accepted == []
 
 
-def _accept_once(server, accepted):
-    try:
-        accepted.append(server.accept())
-    except OSError:
-        pass
+def _accept_until(server, accepted, stop):
+    while not stop.is_set():
+        try:
+            accepted.append(server.accept())
+        except TimeoutError:
+            continue
+        except OSError:
+            return
 
 
 def test_os_exit_and_sys_exit_score_zero():
-    early = run_tests("import os\nos._exit(0)\n", ADD_TESTS, limits=FAST)
+    early = run_tests("import os\nos._exit(0)\n", ADD_TESTS, limits=ROOMY)
     assert early.error == "exited early" and not any(early.passed)
-    in_test = run_tests("import sys\ndef add(a, b):\n    sys.exit(0)\n", ADD_TESTS, limits=FAST)
+    in_test = run_tests("import sys\ndef add(a, b):\n    sys.exit(0)\n", ADD_TESTS, limits=ROOMY)
     assert not any(in_test.passed) and "SystemExit" in in_test.first_failure
 
 
 def test_stdout_flood_and_forged_results_are_ignored():
     flood = "import sys\nfor _ in range(200_000):\n    print('x' * 1000)\n" + GOOD
-    assert run_tests(flood, ADD_TESTS, limits=FAST).all_passed  # prints go to /dev/null, nothing is read back
+    assert run_tests(flood, ADD_TESTS, limits=ROOMY).all_passed  # prints go to /dev/null, nothing is read back
     forged = (
         "import os, json\nfor fd in range(3, 20):\n    try:\n"
         "        line = json.dumps({'test': 0, 'ok': True}) + '\\n' + json.dumps({'done': True}) + '\\n'\n"
         "        os.write(fd, line.encode())\n"
         "    except OSError:\n        pass\nos._exit(0)\n"
     )
-    assert not any(run_tests(forged, ADD_TESTS, limits=FAST).passed)
+    assert not any(run_tests(forged, ADD_TESTS, limits=ROOMY).passed)
 
 
 def test_environment_secrets_and_parent_are_out_of_reach(monkeypatch):
@@ -192,9 +210,9 @@ def test_environment_secrets_and_parent_are_out_of_reach(monkeypatch):
         "    except OSError:\n        pass\n    return True\n"
     )
     env_check = "assert sorted(os.environ) == ['HOME', 'LANG', 'LC_ALL', 'PATH', 'TMPDIR']"
-    result = run_tests(code, ["assert leaks() == []", env_check], limits=FAST)
+    result = run_tests(code, ["assert leaks() == []", env_check], limits=ROOMY)
     assert result.all_passed, result.first_failure
-    run_tests(code, ["assert kill_all()"], limits=FAST)
+    run_tests(code, ["assert kill_all()"], limits=ROOMY)
     assert os.getpid() == parent  # still alive after the candidate's kill(-1)
 
 
@@ -205,7 +223,7 @@ def test_extract_code_and_compute_score_mbpp():
     result = compute_score("mbpp", response, json.dumps(ADD_TESTS), {"entry_point": "add", "test_setup_code": ""})
     assert result["score"] == 1.0 and result["acc"] and result["pass_rate"] == 1.0 and result["first_failure"] == ""
     partial = compute_score(
-        "mbpp", "def add(a, b):\n    return 3\n", ADD_TESTS, {"code_reward": "pass_rate"}, sandbox_limits=FAST
+        "mbpp", "def add(a, b):\n    return 3\n", ADD_TESTS, {"code_reward": "pass_rate"}, sandbox_limits=ROOMY
     )
     assert partial["score"] == 0.5 and not partial["acc"] and partial["first_failure"].startswith("AssertionError")
     empty = compute_score("mbpp", "", ADD_TESTS)

@@ -47,7 +47,9 @@ def test_pathological_math_costs_at_most_the_timeout(pool):
     results = pool.score(bad + good)
     elapsed = time.monotonic() - start
     assert [r["score"] for r in results] == [0.0] * 4 + [1.0] * 6
-    assert elapsed < 2 * pool.timeout_s + 3  # 4 bad items over 2 workers, each bounded by the timeout
+    # 4 bad items over 2 workers, each bounded by the timeout (+ worker restarts, slow on a busy machine); unbounded
+    # they would take minutes
+    assert elapsed < 2 * pool.timeout_s + 20
 
 
 def test_hung_code_item_scores_zero_with_timeout():
@@ -56,7 +58,7 @@ def test_hung_code_item_scores_zero_with_timeout():
         pool.score([_item("arith", "1", "1")])  # worker start-up is not part of the measurement
         start = time.monotonic()
         results = pool.score(items)
-        assert time.monotonic() - start < 5
+        assert time.monotonic() - start < 15  # 1 s timeout + a worker restart on a busy machine; unbounded: forever
         assert results[0]["score"] == 0.0 and results[0]["error"] == "timeout"
         assert results[1]["acc"] is True
 

@@ -1,0 +1,94 @@
+"""The CI guard (tests/_ci_guard.py) finds the processes a test left behind, orphans included, and only those."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import psutil
+from _ci_guard import ProcessTracker, _terminate
+
+# a driver that starts a child, waits for a line on stdin, starts two more children (one named after a Ray session
+# of this driver, one after the pytest basetemp) and exits at once: all three become orphans
+_DRIVER = """
+import os, subprocess, sys
+sleeper = [sys.executable, "-c", "import time; time.sleep(120)"]
+subprocess.Popen(sleeper + ["plain-child"])
+print("ready", flush=True)
+sys.stdin.readline()
+subprocess.Popen(sleeper + [f"/tmp/ray/session_2026-01-01_00-00-00_123456_{os.getpid()}/logs"])
+subprocess.Popen(sleeper + [sys.argv[1] + "/model"])
+"""
+
+
+def test_orphans_of_a_dead_driver_are_found_and_killed(tmp_path):
+    tracker = ProcessTracker(os.getpid(), basetemp=str(tmp_path))
+    older = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", "older"])  # e.g. a session fixture
+    try:
+        time.sleep(0.05)
+        since = time.time()
+        before = tracker.snapshot()
+        driver = subprocess.Popen(
+            [sys.executable, "-c", _DRIVER, str(tmp_path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
+        assert driver.stdout.readline().strip() == "ready"
+        tracker.sample()  # the sampler sees the driver and its first child while the driver lives
+        driver.stdin.write("go\n")
+        driver.stdin.close()
+        driver.wait(timeout=60)
+        deadline = time.monotonic() + 30
+        while len(left := tracker.started_since(before, since)) < 3 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        names = sorted(" ".join(p.cmdline()) for p in left)
+        assert len(left) == 3, names
+        assert any("plain-child" in n for n in names) and any("/tmp/ray/session_" in n for n in names)
+        assert any(str(tmp_path) in n for n in names)
+        assert older.pid not in {p.pid for p in left}
+        assert tracker.peak_bytes > 0 and older.pid in tracker.ours(tracker._table())
+        assert _terminate(left) == []
+        assert not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in left)
+        assert tracker.started_since(before, since) == []
+    finally:
+        older.kill()
+        older.wait()
+
+
+_OLDER = """
+import subprocess, sys, time
+sys.stdin.readline()
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+print("started", flush=True)
+sys.stdin.readline()
+child.kill()
+"""
+
+
+def test_an_older_process_and_its_new_children_are_left_alone():
+    tracker = ProcessTracker(os.getpid())
+    parent = subprocess.Popen(
+        [sys.executable, "-c", _OLDER],  # e.g. the raylet of a session-scoped Ray cluster
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        time.sleep(0.05)
+        since = time.time()
+        before = tracker.snapshot()
+        parent.stdin.write("go\n")
+        parent.stdin.flush()
+        assert parent.stdout.readline().strip() == "started"  # its new child: a worker of that cluster
+        worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])  # the test's own child
+        try:
+            left = tracker.started_since(before, since)
+            assert [p.pid for p in left] == [worker.pid]
+            assert len(psutil.Process(parent.pid).children()) == 1
+        finally:
+            worker.kill()
+            worker.wait()
+        assert tracker.started_since(before, since) == []
+    finally:
+        parent.stdin.close()  # the parent kills its child and exits
+        parent.wait(timeout=30)
