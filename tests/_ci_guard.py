@@ -1,13 +1,13 @@
 """CI guard (a pytest plugin, registered from tests/conftest.py): the suite's peak memory, and no process outliving
 the test that started it.
 
-Memory. A background thread samples, every ``SAMPLE_S`` seconds, the sum of the resident set sizes (RSS) of "our"
-processes: the pytest process and all its descendants, plus the processes a descendant handed over to init (Ray's
+Memory. A background thread samples, every ``SAMPLE_S`` seconds, the sum of the proportional set sizes (PSS) of
+"our" processes: the pytest process and all its descendants, plus the processes a descendant handed over to init (Ray's
 raylet and gcs_server outlive a driver that died, vLLM's ``VLLM::EngineCore`` outlives its actor). A process is ours
 when it was seen in the tree before (pid + start time), when its command line names a Ray session started by one
 of ours (``/tmp/ray/session_<date>_<micro>_<driver pid>``) or this session's pytest ``basetemp``, or when its
-parent is ours. Shared pages (torch's libraries in every Ray worker) count once per process, so the sum is an
-upper bound of what the suite adds to the machine. The terminal summary prints the peak against ``LIMIT_GB``
+parent is ours. PSS splits each shared page (torch's libraries in every Ray worker) among the processes mapping it,
+so the sum is what the suite adds to the machine (a sum of RSS would count those libraries once per process). The terminal summary prints the peak against ``LIMIT_GB``
 (``MLMT_TEST_MEMORY_LIMIT_GB``, default 12), flags an excess (tests do not fail for it), and lists the 5 tests
 with the highest peaks; the machine's used memory (total - available, every workload included) is printed too.
 
@@ -133,7 +133,7 @@ class ProcessTracker:
         total = 0
         for pid in self.ours(table):
             try:
-                total += table[pid].memory_info().rss
+                total += table[pid].memory_full_info().pss
             except (psutil.Error, OSError):
                 pass
         vm = psutil.virtual_memory()
@@ -323,7 +323,7 @@ def pytest_terminal_summary(terminalreporter):
     where = f" during {tracker.peak_test}" if tracker.peak_test else ""
     write(
         f"peak memory: {peak_gb:.1f} GB (limit {LIMIT_GB:g} GB){where} "
-        f"[sum of RSS of pytest's process tree and its Ray/vLLM processes, {tracker.samples} samples "
+        f"[sum of PSS of pytest's process tree and its Ray/vLLM processes, {tracker.samples} samples "
         f"every {SAMPLE_S:g} s]",
         red=over,
         bold=over,

