@@ -29,7 +29,6 @@ COMMON = [
     "trainer.test_freq=-1",
     "trainer.save_freq=-1",
     "hl.actor.optim.lr=1e-2",
-    "actor_rollout_ref.actor.optim.lr=1e-3",
     "data.seed=0",
 ]
 
@@ -37,10 +36,12 @@ COMMON = [
 def test_feedback_writer_learns_to_emit_the_cue(cue_ll_sure, cue_hl, cue_data, tmp_path):
     """HL GRPO over the m = 8 feedbacks on each attempt, LL frozen: R3 goes from ~0.25 to >= 0.8.
 
+    Measured (12 steps, fixed seeds): R3 per step 0.38 0.31 0.53 0.66 0.91 0.97 1.00 1.00 0.97 1.00 1.00 1.00.
+
     Deliberate breaks, each run once while writing this test (the assertion failed every time):
     TODO
     """
-    steps = 12
+    steps = 10
     metrics = run_main(
         tmp_path / "run",
         [
@@ -50,6 +51,7 @@ def test_feedback_writer_learns_to_emit_the_cue(cue_ll_sure, cue_hl, cue_data, t
             f"data.val_files={cue_data[1]}",
             f"trainer.total_training_steps={steps}",
             "mlmt.ll.freeze=true",
+            "actor_rollout_ref.actor.optim.lr=1e-3",
             *COMMON,
         ],
     )
@@ -63,6 +65,10 @@ def test_feedback_writer_learns_to_emit_the_cue(cue_ll_sure, cue_hl, cue_data, t
 
 
 def test_both_levels_learn_under_the_default_schedule(cue_ll_unsure, cue_hl, cue_data, tmp_path):
+    """Both levels update on every step. The solver's learning rate is kept low (1e-4): at 1e-3 it learned within one
+    step to answer "3" with or without a cue (the task has one answer), after which the feedback no longer mattered
+    and the feedback writer's cue rate drifted down (measured: turn-3 accuracy 0.41 → 0.97 at step 2, cue rate
+    0.38 → 0.09 at step 12)."""
     steps = 12
     metrics = run_main(
         tmp_path / "run",
@@ -72,6 +78,7 @@ def test_both_levels_learn_under_the_default_schedule(cue_ll_unsure, cue_hl, cue
             f"data.train_files={cue_data[0]}",
             f"data.val_files={cue_data[1]}",
             f"trainer.total_training_steps={steps}",
+            "actor_rollout_ref.actor.optim.lr=1e-4",
             *COMMON,
         ],
     )
@@ -83,10 +90,13 @@ def test_both_levels_learn_under_the_default_schedule(cue_ll_unsure, cue_hl, cue
         cue_rate.append(len(cued) / len(records))
         right_given_cue.append(np.mean([r["R3"] for r in cued]) if cued else np.nan)
     r3 = [metrics[s]["train/acc@t3"] for s in range(1, steps + 1)]
+    hl_reward = [metrics[s]["hl/reward_mean"] for s in range(1, steps + 1)]
     print("turn-3 accuracy:", " ".join(f"{v:.2f}" for v in r3))
+    print("HL reward:", " ".join(f"{v:.2f}" for v in hl_reward))
     print("HL cue rate:", " ".join(f"{v:.2f}" for v in cue_rate))
     print("LL accuracy given a cue:", " ".join(f"{v:.2f}" for v in right_given_cue))
     early, late = slice(0, 3), slice(steps - 3, steps)
     assert np.mean(r3[late]) > np.mean(r3[early]) + 0.3, r3
+    assert np.mean(hl_reward[late]) > np.mean(hl_reward[early]) + 0.3, hl_reward
     assert np.mean(cue_rate[late]) > np.mean(cue_rate[early]) + 0.2, cue_rate  # the HL learned
     assert np.nanmean(right_given_cue[late]) > np.nanmean(right_given_cue[early]) + 0.2, right_given_cue  # the LL

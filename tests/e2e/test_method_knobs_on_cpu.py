@@ -87,7 +87,7 @@ def test_stage_one_pulls_turn1_toward_the_reference(cue_ll_unsure, cue_hl, cue_d
             "mlmt.stages.beta_l=[0.0,1.0]",
             "mlmt.stages.beta_h=[0.0,0.0]",
             "mlmt.stages.alpha=[0.0,0.0]",
-            "actor_rollout_ref.actor.optim.lr=1e-2",
+            "actor_rollout_ref.actor.optim.lr=1e-3",
         ],
     )
     kl = [metrics[s]["ll/kl_mean"] for s in range(1, total + 1)]
