@@ -1,0 +1,82 @@
+"""How ``MLMTTrainer.train_levels`` orders the two levels' blocking worker calls (issue 8, defect 2).
+
+The two levels' worker groups are separate (``placement=split``): their log-prob, update and sync calls must run at
+the same time, and every log-prob pass must still come before either update (the HL's confidence term scores the
+LL's log-probs with this step's weights). Each level here is a stand-in that only records when its blocking calls
+start and end (the real calls are Ray round trips; the e2e tests and ``benchmarks/bench_mlmt_step.py --compare
+levels`` run them).
+"""
+
+import threading
+import time
+
+import pytest
+
+from agent_system.trainer.mlmt_trainer import MLMTTrainer
+
+CALL_S = 0.3
+
+
+class _RecordingLevel:
+    def __init__(self, level, log, lock):
+        self.level, self.log, self.lock = level, log, lock
+
+    def call(self, what):
+        start = time.perf_counter()
+        time.sleep(CALL_S)  # a blocking round trip to this level's workers
+        with self.lock:
+            self.log.append((what, self.level, start, time.perf_counter()))
+
+    def sync_weights(self, step):
+        self.call("sync")
+
+
+def _trainer():
+    log, lock = [], threading.Lock()
+    trainer = object.__new__(MLMTTrainer)
+    trainer.global_step = 1
+    trainer.groups = {level: _RecordingLevel(level, log, lock) for level in ("ll", "hl")}
+
+    def build_level_batch(level, *args):
+        trainer.groups[level].call("log_prob")
+        return level
+
+    def update_level(level, batch):
+        trainer.groups[level].call("update")
+        return {f"{level}/pg_loss": 0.0}
+
+    trainer.build_level_batch, trainer.update_level = build_level_batch, update_level
+    return trainer, log
+
+
+def test_both_levels_run_concurrently_with_log_probs_before_updates():
+    trainer, log = _trainer()
+    timing = {}
+    start = time.perf_counter()
+    metrics = trainer.train_levels(["ll", "hl"], None, None, None, None, timing)
+    elapsed = time.perf_counter() - start
+    assert set(metrics) == {"ll/pg_loss", "hl/pg_loss"}
+    assert elapsed < 3 * CALL_S + 0.25  # three phases side by side, not six calls in a row
+    last_log_prob = max(end for what, _, _, end in log if what == "log_prob")
+    first_update = min(start for what, _, start, _ in log if what == "update")
+    assert last_log_prob <= first_update
+    for what in ("log_prob", "update", "sync"):
+        spans = [(s, e) for w, _, s, e in log if w == what]
+        assert max(s for s, _ in spans) < min(e for _, e in spans), what  # the two levels' calls overlap
+    assert {"log_prob_ll", "log_prob_hl", "update_ll", "update_hl", "sync_ll", "sync_hl"} <= set(timing)
+
+
+@pytest.mark.parametrize("levels", [["ll"], ["hl"]])
+def test_one_level_only_touches_that_level(levels):
+    trainer, log = _trainer()
+    trainer.train_levels(levels, None, None, None, None, {})
+    assert {level for _, level, _, _ in log} == set(levels)
+    assert [what for what, _, _, _ in log] == ["log_prob", "update", "sync"]
+
+
+def test_sequential_mode_runs_one_level_after_the_other():
+    trainer, log = _trainer()
+    start = time.perf_counter()
+    trainer.train_levels(["ll", "hl"], None, None, None, None, {}, concurrent=False)
+    assert time.perf_counter() - start >= 6 * CALL_S
+    assert [level for _, level, _, _ in log] == ["ll"] * 3 + ["hl"] * 3
