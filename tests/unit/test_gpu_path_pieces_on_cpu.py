@@ -136,3 +136,11 @@ def test_project_info_logs_survive_vllms_logging_dependency(monkeypatch):
     console.keep_root_log_level()
     configure_root_logger()
     assert root.level == logging.INFO
+
+
+def test_rollout_backends_without_per_level_ranks_are_rejected():
+    from agent_system.trainer.config import ConfigError, compose_config, validate_config
+
+    config = compose_config(["hl.rollout.name=sglang"])
+    with pytest.raises(ConfigError, match=r"hl\.rollout\.name='sglang'"):
+        validate_config(config)
