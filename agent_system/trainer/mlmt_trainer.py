@@ -194,6 +194,11 @@ class MLMTTrainer:
         either update, so every log-prob (including the LL's, scored for the HL's confidence term) is taken with
         this step's pre-update weights, as in the sequential order. ``concurrent=False`` runs the levels one after
         the other (for the benchmark's comparison).
+
+        Calls to one worker group are never submitted from two threads at once: with several ranks, two interleaved
+        submissions could reach the ranks in different orders and deadlock their collectives. Hence the levels run
+        concurrently only with ``placement=split`` (colocated levels share processes), and the log-prob passes run
+        one after the other when the HL's confidence term also scores with the LL's workers.
         """
 
         def build(level: str) -> DataProto:
@@ -207,10 +212,13 @@ class MLMTTrainer:
                 self.groups[level].sync_weights(self.global_step)
             return metrics
 
-        if len(levels) < 2 or not concurrent:
+        if len(levels) < 2 or not concurrent or self.mlmt.placement != "split":
             return {k: v for level in levels for k, v in update(level, build(level)).items()}
         with ThreadPoolExecutor(max_workers=len(levels), thread_name_prefix="mlmt_level") as pool:
-            batches = dict(zip(levels, pool.map(build, levels), strict=True))
+            if self.mlmt.reward.confidence_lambda > 0:  # the HL's build also calls the LL's workers
+                batches = {level: build(level) for level in levels}
+            else:
+                batches = dict(zip(levels, pool.map(build, levels), strict=True))
             results = list(pool.map(lambda level: update(level, batches[level]), levels))
         return {k: v for result in results for k, v in result.items()}
 

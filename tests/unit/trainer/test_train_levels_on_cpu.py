@@ -11,6 +11,7 @@ import threading
 import time
 
 import pytest
+from omegaconf import OmegaConf
 
 from agent_system.trainer.mlmt_trainer import MLMTTrainer
 
@@ -31,10 +32,11 @@ class _RecordingLevel:
         self.call("sync")
 
 
-def _trainer():
+def _trainer(placement="split", confidence_lambda=0.0):
     log, lock = [], threading.Lock()
     trainer = object.__new__(MLMTTrainer)
     trainer.global_step = 1
+    trainer.mlmt = OmegaConf.create({"placement": placement, "reward": {"confidence_lambda": confidence_lambda}})
     trainer.groups = {level: _RecordingLevel(level, log, lock) for level in ("ll", "hl")}
 
     def build_level_batch(level, *args):
@@ -80,3 +82,19 @@ def test_sequential_mode_runs_one_level_after_the_other():
     trainer.train_levels(["ll", "hl"], None, None, None, None, {}, concurrent=False)
     assert time.perf_counter() - start >= 6 * CALL_S
     assert [level for _, level, _, _ in log] == ["ll"] * 3 + ["hl"] * 3
+
+
+def test_colocated_levels_run_one_after_the_other():
+    # colocated levels share worker processes: concurrent submissions could deadlock multi-rank collectives
+    trainer, log = _trainer(placement="colocated")
+    trainer.train_levels(["ll", "hl"], None, None, None, None, {})
+    assert [level for _, level, _, _ in log] == ["ll"] * 3 + ["hl"] * 3
+
+
+def test_confidence_term_keeps_log_prob_passes_apart_but_updates_concurrent():
+    trainer, log = _trainer(confidence_lambda=0.1)
+    trainer.train_levels(["ll", "hl"], None, None, None, None, {})
+    log_probs = sorted((s, e) for w, _, s, e in log if w == "log_prob")
+    assert log_probs[0][1] <= log_probs[1][0]  # one after the other
+    updates = [(s, e) for w, _, s, e in log if w == "update"]
+    assert max(s for s, _ in updates) < min(e for _, e in updates)
