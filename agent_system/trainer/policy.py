@@ -39,6 +39,7 @@ class PolicyGroup:
         self.server_manager = None
         self.client = None
         self.checkpoint_manager = None
+        self._rollout_current = False  # do the servers hold the actor's current weights?
 
     # ---------------------------------------------------------------- construction
     @staticmethod
@@ -69,7 +70,6 @@ class PolicyGroup:
             config=engine_config, actor_wg=self.worker_group, replicas=self.server_manager.get_replicas()
         )
         self.checkpoint_manager.sleep_replicas()
-        self._rollout_current = False
 
     @property
     def sleeps(self) -> bool:
