@@ -38,8 +38,14 @@ def test_feedback_writer_learns_to_emit_the_cue(cue_ll_sure, cue_hl, cue_data, t
 
     Measured (12 steps, fixed seeds): R3 per step 0.38 0.31 0.53 0.66 0.91 0.97 1.00 1.00 0.97 1.00 1.00 1.00.
 
-    Deliberate breaks, each run once while writing this test (the assertion failed every time):
-    TODO
+    Deliberate breaks, each run once (12 steps, same seeds) on a copy of the code while writing this test:
+
+    * HL advantages negated: R3 0.38 0.41 0.12 0.16 0.03 ... 0.03 (last-3 mean 0.03): fails.
+    * HL weight sync skipped: R3 0.38 0.38 0.34 0.44 0.28 ... 0.25 (0.30): fails; the HL's rollout/actor log-prob
+      gap on its sampled tokens grows from 0 to 11.6 (the test also holds it at 0 below).
+    * Every HL row its own group (a grouping bug): R3 0.41 ... 0.97: **passes**. verl's GRPO gives a group of one
+      mean 0 and std 1, i.e. REINFORCE without a baseline, which also learns here; any grouping is a valid baseline
+      on this task, so grouping is checked by the unit tests (test_advantages_on_cpu.py: group keys) instead.
     """
     steps = 10
     metrics = run_main(
@@ -60,6 +66,8 @@ def test_feedback_writer_learns_to_emit_the_cue(cue_ll_sure, cue_hl, cue_data, t
     assert all("ll/pg_loss" not in metrics[s] and "hl/pg_loss" in metrics[s] for s in metrics)
     assert 0.1 <= r3[0] <= 0.5, r3
     assert np.mean(r3[-3:]) >= 0.8, r3
+    for s in range(2, steps + 1):  # the HL's server samples with the weights it was just updated to
+        assert metrics[s]["hl/rollout_actor_logprob_diff_max"] < 1e-3, (s, metrics[s])
     cue_rate = [np.mean([has_cue(r["feedback"]) for r in trajectories(tmp_path / "run", s)]) for s in (1, steps)]
     assert cue_rate[1] >= 0.8 > cue_rate[0], cue_rate  # the feedback writer learned to give the cue
 
