@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# HLT_LLT_RR_mbpp: the original's code run (mlmt-configs/code/HLT_LLT_RR_mbpp.sh, MLMT_SPEC §3.4): MBPP, both levels
+# trainable, REINFORCE at both, cycles of 5 LL steps then 1 HL step, prompt 2048 / response 512 tokens (HL too), lr
+# 2e-6, temperature 0.7, 500 steps, 128 problems per step, and its SCoRe stages (stage I for 250 steps with β2 0.1,
+# then stage II with β1 0.01, β_L 0.01, α 10). Differences, stated: the original also set score_mode.enable=true,
+# which replaced the three-turn loop by SCoRe's two-turn self-correction and crashed on the code feedback prompt
+# (MLMT_SPEC §8.1 item 10); this runs the MLMT loop. Tests run in the project's sandbox (pass/fail reward).
+#
+#   bash mlmt-configs/code/HLT_LLT_RR_mbpp.sh [key=value ...]                           # on a GPU node
+#   sbatch mlmt-configs/math/submit_mlmt.sbatch mlmt-configs/code/HLT_LLT_RR_mbpp.sh     # on Slurm
+#
+# Data: python -m agent_system.data.preprocess --dataset mbpp --input DIR --split train --output data/mbpp/train.parquet
+# (and --split test → data/mbpp/test.parquet); or set TRAIN_FILES / VAL_FILES. Runs `python -m verl.trainer.main_mlmt`
+# (printing the full command first) with the shared settings of mlmt-configs/experiment_common.sh plus the overrides
+# below, then your own ("$@", last, so they win). Environment: MODEL / LL_MODEL / HL_MODEL, DATA_DIR, LL_GPUS /
+# HL_GPUS, LOGGER, MLMT_PYTHON. W&B project mlmt_code; outputs in outputs/mlmt_code/HLT_LLT_RR_mbpp.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/../experiment_common.sh"
+
+mlmt_run "${COMMON[@]}" "${RR[@]}" \
+  data.train_files="${TRAIN_FILES:-$DATA_DIR/mbpp/train.parquet}" \
+  data.val_files="${VAL_FILES:-$DATA_DIR/mbpp/test.parquet}" \
+  data.train_batch_size=128 \
+  data.max_prompt_length=2048 data.max_response_length=512 hl.rollout.response_length=512 \
+  actor_rollout_ref.actor.optim.lr=2e-6 hl.actor.optim.lr=2e-6 \
+  actor_rollout_ref.actor.optim.lr_scheduler_type=constant hl.actor.optim.lr_scheduler_type=constant \
+  actor_rollout_ref.actor.entropy_coeff=0.001 hl.actor.entropy_coeff=0.001 \
+  actor_rollout_ref.actor.ppo_mini_batch_size=128 hl.actor.ppo_mini_batch_size=128 \
+  actor_rollout_ref.rollout.temperature=0.7 hl.rollout.temperature=0.7 \
+  mlmt.stages.schedule=[0,250] mlmt.stages.stage_ids=[1,2] \
+  mlmt.stages.beta1=[0.0,0.01] mlmt.stages.beta2=[0.1,0.0] mlmt.stages.beta_l=[0.01,0.01] \
+  mlmt.stages.beta_h=[0.0,0.0] mlmt.stages.alpha=[0.0,10.0] \
+  mlmt.schedule.tH=1 mlmt.schedule.tL=5 \
+  trainer.total_training_steps=500 trainer.total_epochs=999 trainer.save_freq=50 \
+  trainer.project_name=mlmt_code \
+  trainer.experiment_name=HLT_LLT_RR_mbpp \
+  "$@"

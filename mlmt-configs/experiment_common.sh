@@ -1,0 +1,107 @@
+# Sourced by the experiment scripts in mlmt-configs/{math,code}/ (not run on its own): the settings shared by the
+# original's runs (MLMT_SPEC §3.3, §3.4) as bash arrays, and the environment knobs every script honours.
+#
+#   MODEL=...          both levels' initial model (default meta-llama/Llama-3.2-1B-Instruct, the scripts' SHARED_MODEL)
+#   LL_MODEL=...       the solver's model (default $MODEL);  HL_MODEL=... the feedback writer's (default $MODEL)
+#   DATA_DIR=data      where `bash examples/data_preprocess/prepare_all.sh` (or agent_system.data.preprocess) wrote
+#                      the parquet files; TRAIN_FILES / VAL_FILES override the two paths themselves
+#   LL_GPUS=2 HL_GPUS=2  devices per level (split placement; the original: one 4-GPU node, half per level)
+#   LOGGER='[console,tensorboard,wandb]'   verl's Tracking backends (W&B reads WANDB_API_KEY from the environment)
+#   MLMT_PYTHON=python the interpreter that runs `-m verl.trainer.main_mlmt` (the Slurm script sets it)
+#
+# Every script ends its command with "$@", so command-line overrides (and Hydra flags such as `--cfg job`) win.
+
+MLMT_PYTHON=${MLMT_PYTHON:-python}
+MODEL=${MODEL:-meta-llama/Llama-3.2-1B-Instruct}
+LL_MODEL=${LL_MODEL:-$MODEL}
+HL_MODEL=${HL_MODEL:-$MODEL}
+DATA_DIR=${DATA_DIR:-data}
+LL_GPUS=${LL_GPUS:-2}
+HL_GPUS=${HL_GPUS:-2}
+LOGGER=${LOGGER:-[console,tensorboard,wandb]}
+
+# Models, devices and logging: the same in every run.
+COMMON=(
+  actor_rollout_ref.model.path="$LL_MODEL"
+  hl.model.path="$HL_MODEL"
+  mlmt.placement=split
+  mlmt.ll_gpus="$LL_GPUS"
+  mlmt.hl_gpus="$HL_GPUS"
+  trainer.n_gpus_per_node=$((LL_GPUS + HL_GPUS))
+  trainer.logger="$LOGGER"
+  trainer.resume_mode=auto
+)
+
+# "RR": REINFORCE at both levels (no baseline), one attempt and one feedback per problem, as every original script.
+RR=(
+  mlmt.ll.adv_estimator=reinforce
+  mlmt.hl.adv_estimator=reinforce
+  mlmt.n=1
+  mlmt.m=1
+)
+
+# The math runs' hyper-parameters (MLMT_SPEC §3.4): 128 problems per step, prompt 4096 and response 1024 tokens at
+# every turn (the original's HL generated up to max_response_length too), full fine-tuning at lr 5e-7 (constant,
+# AdamW weight decay 0.01, grad clip 1.0: verl's defaults), PPO clip 0.2, one epoch, token-mean loss, entropy 0.001,
+# mini-batches of 128 rows.
+MATH=(
+  data.train_files="${TRAIN_FILES:-$DATA_DIR/math/train.parquet}"
+  data.val_files="${VAL_FILES:-$DATA_DIR/math500/test.parquet}"
+  data.train_batch_size=128
+  data.max_prompt_length=4096
+  data.max_response_length=1024
+  hl.rollout.response_length=1024
+  actor_rollout_ref.actor.optim.lr=5e-7
+  hl.actor.optim.lr=5e-7
+  actor_rollout_ref.actor.optim.lr_scheduler_type=constant
+  hl.actor.optim.lr_scheduler_type=constant
+  actor_rollout_ref.actor.clip_ratio=0.2
+  hl.actor.clip_ratio=0.2
+  actor_rollout_ref.actor.ppo_epochs=1
+  hl.actor.ppo_epochs=1
+  actor_rollout_ref.actor.loss_agg_mode=token-mean
+  hl.actor.loss_agg_mode=token-mean
+  actor_rollout_ref.actor.entropy_coeff=0.001
+  hl.actor.entropy_coeff=0.001
+  actor_rollout_ref.actor.ppo_mini_batch_size=128
+  hl.actor.ppo_mini_batch_size=128
+  trainer.project_name=mlmt_math
+)
+
+# SCoRe-style stages of the math scripts (MLMT_SPEC §3.2): stage I (turn-1 reward = −β2·KL only) with β2 0.1 and
+# β_L 0.01, switching at step 200 to stage II with β1 0.01, β_L 0.01 and the progress bonus α = 10 on turn 3 (α has
+# no effect in stage I, where the original also set it). The original never created a reference model, so its β terms
+# were inert (MLMT_SPEC §8.1 item 2); here β > 0 creates the LL's reference model and the KL terms act.
+MATH_STAGES=(
+  mlmt.stages.schedule=[0,200]
+  mlmt.stages.stage_ids=[1,2]
+  mlmt.stages.beta1=[0.0,0.01]
+  mlmt.stages.beta2=[0.1,0.0]
+  mlmt.stages.beta_l=[0.01,0.01]
+  mlmt.stages.beta_h=[0.0,0.0]
+  mlmt.stages.alpha=[0.0,10.0]
+)
+
+# Temperature and length of the early scripts (_1_1, _1_15, _1_20 at v-head): sampling at 0.1, three epochs.
+EARLY=(
+  actor_rollout_ref.rollout.temperature=0.1
+  hl.rollout.temperature=0.1
+  trainer.total_training_steps=null
+  trainer.total_epochs=3
+  trainer.save_freq=50
+)
+
+# Temperature and length of the later scripts (_1_10, _5_20 at v-new): sampling at 1.0, a fixed step count.
+LATER=(
+  actor_rollout_ref.rollout.temperature=1.0
+  hl.rollout.temperature=1.0
+  trainer.total_training_steps=500
+  trainer.total_epochs=999
+  trainer.save_freq=50
+)
+
+# Print the command, then run it in place of the shell (Slurm's signals then reach the trainer directly).
+mlmt_run() {
+  echo "+ $MLMT_PYTHON -m verl.trainer.main_mlmt $*" >&2
+  exec "$MLMT_PYTHON" -m verl.trainer.main_mlmt "$@"
+}

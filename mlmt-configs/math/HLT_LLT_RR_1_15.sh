@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# HLT_LLT_RR_1_15: both levels trainable, REINFORCE at both; cycles of 15 LL steps then 1 HL step (the
+# original's early HLT_LLT_RR_1_15.sh: temperature 0.1, 3 epochs).
+#
+#   bash mlmt-configs/math/HLT_LLT_RR_1_15.sh [key=value ...]                         # a GPU node, 2 GPUs per level
+#   sbatch mlmt-configs/math/submit_mlmt.sbatch mlmt-configs/math/HLT_LLT_RR_1_15.sh  # on Slurm
+#
+# Runs `python -m verl.trainer.main_mlmt` (printing the full command first) with the shared settings of
+# mlmt-configs/experiment_common.sh (models, data, the paper's math hyper-parameters, the SCoRe stages) plus the
+# overrides below, then your own ("$@", last, so they win). Environment: MODEL / LL_MODEL / HL_MODEL, DATA_DIR (or
+# TRAIN_FILES / VAL_FILES), LL_GPUS / HL_GPUS, LOGGER, MLMT_PYTHON. W&B project mlmt_math; outputs in
+# outputs/mlmt_math/HLT_LLT_RR_1_15 (a rerun resumes from the latest checkpoint).
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/../experiment_common.sh"
+
+mlmt_run "${COMMON[@]}" "${MATH[@]}" "${MATH_STAGES[@]}" \
+  "${RR[@]}" "${EARLY[@]}" \
+  mlmt.schedule.tH=1 mlmt.schedule.tL=15 \
+  trainer.experiment_name=HLT_LLT_RR_1_15 \
+  "$@"

@@ -1,0 +1,142 @@
+"""The per-experiment scripts (mlmt-configs/{math,code}/*.sh): each composes a valid config with its run's settings.
+
+Every script is run through bash with MLMT_PYTHON set to a stub that records the argv the script would give
+`python -m verl.trainer.main_mlmt`; that argv is composed in-process (Hydra, as the entry point does) and checked
+with validate_config. One script also runs for real with Hydra's `--cfg job` appended (the composed config is printed,
+nothing runs); that costs ~10 s on this machine (verl's imports), hence not all nine.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from agent_system.trainer.config import compose_config, validate_config
+
+REPO = Path(__file__).resolve().parents[2]
+LLAMA = "meta-llama/Llama-3.2-1B-Instruct"
+
+# script -> the key values that make it that run (besides the models and data checked for all)
+EXPECTED = {
+    "math/HLT_LLT_RR_1_1.sh": {"mlmt.schedule.tH": 1, "mlmt.schedule.tL": 1, "rollout.temperature": 0.1},
+    "math/HLT_LLT_RR_1_15.sh": {"mlmt.schedule.tH": 1, "mlmt.schedule.tL": 15, "trainer.total_epochs": 3},
+    "math/HLT_LLT_RR_1_20.sh": {"mlmt.schedule.tH": 1, "mlmt.schedule.tL": 20},
+    "math/HLT_LLT_RR_1_10.sh": {"mlmt.schedule.tL": 10, "trainer.total_training_steps": 500},
+    "math/HLT_LLT_RR_5_20.sh": {"mlmt.schedule.tH": 5, "mlmt.schedule.tL": 20, "rollout.temperature": 1.0},
+    "math/HLF_LLT_RR_1_1.sh": {"mlmt.hl.freeze": True, "mlmt.ll.freeze": False},
+    "math/HLT_LLF_RR_1_1.sh": {"mlmt.ll.freeze": True, "mlmt.hl.freeze": False, "mlmt.stages.schedule": [0]},
+    "math/HLT_LLT_GRPO_1_1.sh": {
+        "mlmt.ll.adv_estimator": "grpo",
+        "mlmt.hl.adv_estimator": "grpo",
+        "mlmt.n": 4,
+        "mlmt.m": 2,
+        "data.train_batch_size": 32,
+    },
+    "code/HLT_LLT_RR_mbpp.sh": {
+        "mlmt.schedule.tH": 1,
+        "mlmt.schedule.tL": 5,
+        "data.max_prompt_length": 2048,
+        "data.max_response_length": 512,
+        "hl.rollout.response_length": 512,
+        "actor_rollout_ref.actor.optim.lr": 2e-6,
+        "rollout.temperature": 0.7,
+        "trainer.total_training_steps": 500,
+        "trainer.project_name": "mlmt_code",
+        "mlmt.stages.schedule": [0, 250],
+    },
+}
+RR = {"mlmt.ll.adv_estimator": "reinforce", "mlmt.hl.adv_estimator": "reinforce", "mlmt.n": 1, "mlmt.m": 1}
+
+
+def _select(config, key: str):
+    from omegaconf import OmegaConf
+
+    if key.startswith("rollout."):  # both levels
+        values = {OmegaConf.select(config, f"{name}.{key}") for name in ("actor_rollout_ref", "hl")}
+        assert len(values) == 1, (key, values)
+        return values.pop()
+    value = OmegaConf.select(config, key)
+    return OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
+
+
+def _expected(script: str) -> dict:
+    expected = dict(EXPECTED[script])
+    if "GRPO" not in script:
+        expected = {**RR, **expected}
+    if script.startswith("math/"):
+        expected.setdefault("trainer.project_name", "mlmt_math")
+        expected.setdefault("data.max_prompt_length", 4096)
+        expected.setdefault("data.max_response_length", 1024)
+        expected.setdefault("actor_rollout_ref.actor.optim.lr", 5e-7)
+        expected.setdefault("hl.actor.optim.lr", 5e-7)
+    expected["trainer.experiment_name"] = Path(script).stem
+    return expected
+
+
+def _script_argv(script: str, tmp_path: Path, env: dict | None = None, extra: tuple[str, ...] = ()) -> list[str]:
+    """The arguments the script passes to `python -m verl.trainer.main_mlmt` (recorded by a stub interpreter)."""
+    record = tmp_path / f"{Path(script).stem}.argv"
+    stub = tmp_path / "python-stub"
+    stub.write_text('#!/usr/bin/env bash\nprintf "%s\\0" "$@" > "$ARGV_RECORD"\n')
+    stub.chmod(0o755)
+    run_env = {**os.environ, **(env or {}), "MLMT_PYTHON": str(stub), "ARGV_RECORD": str(record)}
+    result = subprocess.run(
+        ["bash", str(REPO / "mlmt-configs" / script), *extra], env=run_env, capture_output=True, text=True, timeout=30
+    )
+    assert result.returncode == 0, result.stderr
+    argv = record.read_text().split("\0")[:-1]
+    assert argv[:2] == ["-m", "verl.trainer.main_mlmt"], argv[:2]
+    return argv[2:]
+
+
+@pytest.mark.parametrize("script", sorted(EXPECTED))
+def test_script_composes_its_run(script, tmp_path, monkeypatch):
+    overrides = _script_argv(script, tmp_path)
+    config = compose_config(overrides)
+    validate_config(config)
+    assert config.actor_rollout_ref.model.path == config.hl.model.path == LLAMA
+    data = "math" if script.startswith("math/") else "mbpp"
+    assert config.data.train_files.startswith(f"data/{data}/")
+    for key, value in _expected(script).items():
+        assert _select(config, key) == value, (script, key)
+
+
+def test_environment_and_overrides_win(tmp_path):
+    env = {"LL_MODEL": "/models/solver", "HL_MODEL": "/models/writer", "DATA_DIR": "/data"}
+    overrides = _script_argv(
+        "math/HLT_LLT_RR_1_15.sh", tmp_path, env, ("mlmt.schedule.tL=7", "data.train_batch_size=4")
+    )
+    config = compose_config(overrides)
+    assert config.actor_rollout_ref.model.path == "/models/solver" and config.hl.model.path == "/models/writer"
+    assert config.data.train_files == "/data/math/train.parquet"
+    assert config.data.val_files == "/data/math500/test.parquet"
+    assert config.mlmt.schedule.tL == 7 and config.data.train_batch_size == 4  # "$@" comes last
+
+
+def test_script_with_hydra_cfg_job():
+    """The real entry point: `bash SCRIPT --cfg job` prints the composed config (before the CPU overlay) and exits."""
+    script = "math/HLT_LLT_RR_1_15.sh"
+    env = {**os.environ, "MLMT_PYTHON": sys.executable, "MODEL": "/models/shared"}
+    result = subprocess.run(
+        ["bash", str(REPO / "mlmt-configs" / script), "--cfg", "job"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    printed = yaml.safe_load(result.stdout)
+    assert printed["actor_rollout_ref"]["model"]["path"] == printed["hl"]["model"]["path"] == "/models/shared"
+    mlmt = printed["mlmt"]
+    assert (mlmt["ll"]["adv_estimator"], mlmt["hl"]["adv_estimator"]) == ("reinforce", "reinforce")
+    assert (mlmt["n"], mlmt["m"], mlmt["schedule"]["tH"], mlmt["schedule"]["tL"]) == (1, 1, 1, 15)
+    assert (mlmt["ll"]["freeze"], mlmt["hl"]["freeze"]) == (False, False)
+    assert mlmt["stages"]["schedule"] == [0, 200] and mlmt["stages"]["stage_ids"] == [1, 2]
+    assert printed["trainer"]["experiment_name"] == "HLT_LLT_RR_1_15"
+    assert printed["trainer"]["project_name"] == "mlmt_math"
