@@ -11,7 +11,8 @@ Task rewards, placed on the last response token of each row and turned into adva
     turn 2 (HL)   S2,  S2 = R3 | R3 + α(R3 − R1) (stage II only) | (1+λ)R3 − λ·R_ref   (+ optional confidence term)
 
 KL terms, subtracted from every response token's advantage **after** the estimator, so their effect is proportional
-to β whatever the group's reward spread (KL = Σ_t (log π − log π_ref) over the row's response):
+to β whatever the group's reward spread (KL = Σ_t (log π − log π_ref) over the row's response, centred by the
+leave-one-out mean KL of the same turn's other rows, a baseline):
 
     turn 1: stage I −β2·KL, stage II −β1·KL;   turn 3: −β_L·KL;   turn 2: −β_H·KL
 
@@ -83,20 +84,33 @@ def kl_coefficients(turn: np.ndarray, stage: Stage) -> np.ndarray:
 
 
 def apply_kl_penalty(
-    advantages: torch.Tensor, kl: np.ndarray, betas: np.ndarray, response_mask: torch.Tensor
+    advantages: torch.Tensor, kl: np.ndarray, betas: np.ndarray, response_mask: torch.Tensor, turn=None
 ) -> tuple[torch.Tensor, np.ndarray]:
-    """Subtract β·KL of each row from every response token's advantage, after the estimator (see module docstring).
+    """Subtract β·(KL − b) of each row from every response token's advantage, after the estimator.
+
+    b is the leave-one-out mean KL of the other rows of the same turn in the batch: a baseline, so the expected
+    gradient is still that of −β·KL(π ‖ π_ref) (module docstring) while the variance of a raw sequence KL (tens of
+    nats, the same sign on every row) is removed. A turn with a single row keeps its raw KL.
 
     Args:
         advantages: (B, R) advantages of the task rewards.
         kl: (B,) sequence KL of each row to the reference.
         betas: (B,) KL coefficient of each row.
         response_mask: (B, R).
+        turn: (B,) turn of each row (rows of one turn share a baseline); None: one set.
 
     Returns:
-        The shaped advantages (B, R) and the per-row penalty β·KL (B,).
+        The shaped advantages (B, R) and the per-row penalty β·(KL − b) (B,).
     """
-    penalty = betas * kl
+    kl = np.asarray(kl, dtype=np.float64)
+    turn = np.zeros(len(kl), dtype=int) if turn is None else np.asarray(turn)
+    centred = kl.copy()
+    for value in np.unique(turn):
+        rows = turn == value
+        count = int(rows.sum())
+        if count > 1:
+            centred[rows] = kl[rows] - (kl[rows].sum() - kl[rows]) / (count - 1)
+    penalty = betas * centred
     shaped = advantages - torch.as_tensor(penalty, dtype=advantages.dtype)[:, None] * response_mask.to(advantages.dtype)
     return shaped, penalty
 
@@ -266,5 +280,5 @@ def level_advantages(
     advantages, returns = estimate(task)
     if level == "hl":
         r3_advantages = estimate(r3.astype(np.float64))[0]
-    advantages, penalty = apply_kl_penalty(advantages, kl, kl_coefficients(turn, stage), response_mask)
+    advantages, penalty = apply_kl_penalty(advantages, kl, kl_coefficients(turn, stage), response_mask, turn)
     return LevelAdvantages(advantages, returns, task, penalty, r3_advantages)

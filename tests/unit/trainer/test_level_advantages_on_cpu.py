@@ -94,10 +94,14 @@ def test_kl_part_scales_linearly_with_beta(level, stage_id):
         parts.append((got - base) / beta)
     for part in parts[1:]:
         np.testing.assert_allclose(part, parts[0], rtol=1e-4, atol=1e-6)
-    # and it is −β·KL with that turn's β per unit β
+    # and it is −β·(KL − leave-one-out mean KL of the turn's other rows) with that turn's β per unit β
     turn = np.array((LL_ROWS if level == "ll" else HL_ROWS)["turn"])
     unit = np.select([turn == 1, turn == 2, turn == 3], [2.0 if stage_id == 1 else 1.0, 4.0, 3.0])
-    np.testing.assert_allclose(parts[0], -unit * np.array(kl), rtol=1e-3)
+    kl = np.array(kl)
+    centred = np.array(
+        [kl[i] - np.mean([kl[j] for j in range(len(kl)) if j != i and turn[j] == turn[i]]) for i in range(len(kl))]
+    )
+    np.testing.assert_allclose(parts[0], -unit * centred, rtol=1e-3, atol=1e-6)
 
 
 def test_small_beta_in_an_equal_reward_group_stays_small():
@@ -105,15 +109,22 @@ def test_small_beta_in_an_equal_reward_group_stays_small():
     scores = {"r1": np.array([[1.0, 1.0]]), "r3": np.array([[[1.0, 1.0], [1.0, 1.0]]])}
     kl = [0.50, 0.51, 0.0, 0.0, 0.0, 0.0]
     got, _, _ = _run("ll", scores, kl, _stage(2, beta1=1e-3), _mlmt())
-    np.testing.assert_allclose(got[:2], [-5.0e-4, -5.1e-4], rtol=1e-4)
+    np.testing.assert_allclose(got[:2], [1.0e-5, -1.0e-5], rtol=1e-3)  # −β1·(KL − the other row's KL)
     assert np.abs(got).max() < 1e-3
 
 
 def test_stage_one_turn1_advantage_is_minus_beta2_kl():
-    # issue 8: stage-I turn 1 gave ≈ ±0.707 whatever β2 was; now the rows with more KL are pushed down by β2·KL
+    # issue 8: stage-I turn 1 gave ≈ ±0.707 whatever β2 was; now the row with more KL is pushed down, by β2·ΔKL
     for beta2 in (0.01, 0.1):
         got, _, _ = _run("ll", SCORES, LL_KL, _stage(1, beta2=beta2), _mlmt())
-        np.testing.assert_allclose(got[:2], [-beta2 * 0.3, -beta2 * 0.9], rtol=1e-4)
+        np.testing.assert_allclose(got[:2], [beta2 * 0.6, -beta2 * 0.6], rtol=1e-4)
+
+
+def test_a_single_row_of_a_turn_keeps_its_raw_kl():
+    advantages = torch.zeros(1, 3)
+    shaped, penalty = adv.apply_kl_penalty(advantages, np.array([2.0]), np.array([0.5]), torch.ones(1, 3), [1])
+    np.testing.assert_allclose(penalty, [1.0])
+    torch.testing.assert_close(shaped, torch.full((1, 3), -1.0))
 
 
 # ---------------------------------------------------------------- HL rewards inside the HL's group
