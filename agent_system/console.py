@@ -23,7 +23,7 @@ KNOWN_NOISE: tuple[tuple[str, str], ...] = (
     ("vllm", r"The global random seed is set to|Reset SSM cache type"),
     ("vllm", r"Passing raw prompts to InputProcessor is deprecated"),
     ("vllm", r"Default vLLM sampling parameters have been overridden"),
-    ("transformers", r"requires torchvision \(not installed\)"),
+    ("transformers", r"requires torchvision \(not installed\)|Ignoring clean_up_tokenization_spaces"),
     ("torch.fx", r"is_fx_tracing will return true"),
 )
 # verl warns about every optional training engine it cannot import (torchtitan, veomni, megatron, ...).
@@ -62,8 +62,19 @@ def install() -> None:
         return
     for message in KNOWN_WARNINGS:
         warnings.filterwarnings("ignore", message=message, category=UserWarning)
-    # A logger's own filters do not see its children's records; its handlers (and the root's) do.
-    for name in ["", *sorted({prefix for prefix, _ in KNOWN_NOISE})]:
+    try:  # transformers attaches its handler lazily: create it now so that it gets the filter
+        from transformers.utils import logging as transformers_logging
+
+        transformers_logging.get_logger("transformers")
+    except ImportError:
+        pass
+    # A logger's own filters do not see its children's records; its handlers, its ancestors' (torch keeps its
+    # handler on "torch") and the root's do.
+    names = {""}
+    for prefix, _ in KNOWN_NOISE:
+        parts = prefix.split(".")
+        names.update(".".join(parts[: i + 1]) for i in range(len(parts)))
+    for name in sorted(names):
         logger = logging.getLogger(name)
         for target in [logger, *logger.handlers]:
             if _FILTER not in target.filters:
