@@ -25,6 +25,7 @@ KNOWN_NOISE: tuple[tuple[str, str], ...] = (
     ("vllm", r"Default vLLM sampling parameters have been overridden"),
     ("transformers", r"requires torchvision \(not installed\)|Ignoring clean_up_tokenization_spaces"),
     ("torch.fx", r"is_fx_tracing will return true"),
+    ("verl", r"update_weights done, time cost"),  # every sync; the trainer logs timing_s/sync_<level>
 )
 # verl warns about every optional training engine it cannot import (torchtitan, veomni, megatron, ...).
 KNOWN_WARNINGS: tuple[str, ...] = (r".* engine is not available",)
