@@ -93,9 +93,11 @@ def test_stage_one_pulls_turn1_toward_the_reference(cue_ll_unsure, cue_hl, cue_d
     kl = [metrics[s]["ll/kl_mean"] for s in range(1, total + 1)]
     print("LL KL to the reference per step:", " ".join(f"{v:.3f}" for v in kl))
     assert [metrics[s]["train/stage_id"] for s in (drift, drift + 1)] == [2, 1]
-    # stage II (β = 0) drifts away at a growing pace (measured 0.0 1.3 6.6 34.7); stage I (β2 = β_L = 1) stops the
-    # drift and pulls back below the stage-II peak (measured 17.5 11.8 29.9 16.6 20.9 10.8: sampled sequence KLs
-    # are noisy, hence the margins)
-    peak = max(kl[: drift + 1])
-    assert peak > 1.0, kl  # the solver drifted from its reference
-    assert max(kl[-3:]) < peak and np.mean(kl[-3:]) < 0.6 * peak, kl
+    # Stage II (β = 0) drifts away; in stage I (β2 = β_L = 1) the KL peaks one step in (Adam's momentum from stage II)
+    # and then falls. Measured with the leave-one-out KL baseline: 0.0 5.3 4.9 8.2 | 15.3 22.4 16.6 13.3 11.4 7.7.
+    # With the raw sequence KL as the advantage term (no baseline) it did not fall: 0.0 2.1 9.8 15.1 | 18.9 18.4
+    # 17.7 26.0 24.7 20.7 (these assertions fail on it).
+    stage_one = kl[drift:]
+    assert max(kl[:drift]) > 1.0, kl  # the solver drifted from its reference
+    assert stage_one[-1] < 0.6 * max(stage_one), kl
+    assert np.mean(stage_one[-2:]) < np.mean(stage_one[:2]), kl
