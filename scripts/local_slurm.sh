@@ -62,8 +62,18 @@ CONF
   echo "SLURM_CONF=$SLURM_CONF"
   ;;
 stop)
+  pids=()
   for pid_file in "$dir"/slurmd-n1.pid "$dir"/slurmd-n2.pid "$dir"/slurmctld.pid "$dir"/munged.pid; do
-    [ -f "$pid_file" ] && kill "$(cat "$pid_file")" 2>/dev/null || true
+    [ -f "$pid_file" ] && pids+=("$(cat "$pid_file")")
+  done
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  # Wait (up to 15 s) until they are gone: a start right after must not find a dying munged (it would leave it
+  # alone and jobs would fail with "authentication error") or slurmctld's port still bound.
+  for _ in $(seq 150); do
+    alive=0
+    for pid in "${pids[@]}"; do kill -0 "$pid" 2>/dev/null && alive=1; done
+    [ "$alive" = 0 ] && break
+    sleep 0.1
   done
   ;;
 *)

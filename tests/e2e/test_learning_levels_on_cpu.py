@@ -110,4 +110,7 @@ def test_both_levels_learn_under_the_default_schedule(cue_ll_unsure, cue_hl, cue
     early, late = slice(0, 3), slice(steps - 3, steps)
     assert np.mean(r3[late]) > np.mean(r3[early]) + 0.3, r3
     assert np.mean(hl_reward[late]) > np.mean(hl_reward[early]) + 0.3, hl_reward
-    assert np.nanmean(right_given_cue[late]) > np.nanmean(right_given_cue[early]) + 0.2, right_given_cue  # the LL
+    # the LL: from the fixture's rate (0.42 in one run, 0.79 in another: the fixture's short supervised training is not
+    # bit-identical across machines) to near-perfect
+    assert np.nanmean(right_given_cue[late]) >= 0.9, right_given_cue
+    assert np.nanmean(right_given_cue[late]) > np.nanmean(right_given_cue[early]), right_given_cue
