@@ -6,10 +6,11 @@ Memory. A background thread samples, every ``SAMPLE_S`` seconds, the sum of the 
 raylet and gcs_server outlive a driver that died, vLLM's ``VLLM::EngineCore`` outlives its actor). A process is ours
 when it was seen in the tree before (pid + start time), when its command line names a Ray session started by one
 of ours (``/tmp/ray/session_<date>_<micro>_<driver pid>``) or this session's pytest ``basetemp``, or when its
-parent is ours. PSS splits each shared page (torch's libraries in every Ray worker) among the processes mapping it,
-so the sum is what the suite adds to the machine (a sum of RSS would count those libraries once per process). The terminal summary prints the peak against ``LIMIT_GB``
-(``MLMT_TEST_MEMORY_LIMIT_GB``, default 12), flags an excess (tests do not fail for it), and lists the 5 tests
-with the highest peaks; the machine's used memory (total - available, every workload included) is printed too.
+parent is ours. PSS splits each shared page (torch's libraries in every Ray worker) among the processes mapping
+it, so the sum is what the suite adds to the machine (a sum of RSS would count those libraries once per process).
+The terminal summary prints the peak against ``LIMIT_GB`` (``MLMT_TEST_MEMORY_LIMIT_GB``, default 12), flags an
+excess (tests do not fail for it), and lists the 5 tests with the highest peaks; the machine's used memory (total -
+available, every workload included) is printed too.
 
 Leftovers. An autouse fixture snapshots our processes before each test. After the test (its own fixtures already
 torn down) it waits up to ``CLEANUP_WAIT_S`` (``MLMT_TEST_CLEANUP_WAIT_S``, default 60) for every process that the

@@ -93,9 +93,9 @@ def test_stage_one_pulls_turn1_toward_the_reference(cue_ll_unsure, cue_hl, cue_d
     kl = [metrics[s]["ll/kl_mean"] for s in range(1, total + 1)]
     print("LL KL to the reference per step:", " ".join(f"{v:.3f}" for v in kl))
     assert [metrics[s]["train/stage_id"] for s in (drift, drift + 1)] == [2, 1]
-    # Stage II (β = 0) drifts away; in stage I (β2 = β_L = 1) the KL peaks one step in (Adam's momentum from stage II)
-    # and then falls. Measured with the leave-one-out KL baseline, β = 1: 0.0 5.3 4.9 8.2 | 15.3 22.4 16.6 13.3 11.4 7.7;
-    # in a clean-clone CI run the fixture's solver drifted less and β = 1 only held KL flat (4.4-4.9, the test
+    # Stage II (β = 0) drifts away; in stage I (β2 = β_L = 4) the KL peaks one step in (Adam's momentum from stage II)
+    # and then falls. Measured with the leave-one-out KL baseline, β = 1: 0.0 5.3 4.9 8.2 | 15.3 22.4 16.6 13.3 11.4
+    # 7.7; in a clean-clone CI run the fixture's solver drifted less and β = 1 only held KL flat (4.4-4.9, the test
     # failed), so β = 4: 0.0 4.8 7.3 11.8 | 24.7 11.3 10.7 10.6 11.1 11.0.
     # With the raw sequence KL as the advantage term (no baseline) it did not fall: 0.0 2.1 9.8 15.1 | 18.9 18.4
     # 17.7 26.0 24.7 20.7 (these assertions fail on it).
