@@ -98,7 +98,7 @@ def test_stage_one_pulls_turn1_toward_the_reference(cue_ll_unsure, cue_hl, cue_d
     # 11.3 10.7 10.6 11.1 11.0; 0.0 2.7 5.2 7.7 | 15.9 9.8 9.7 8.6 8.5 8.5; in a clean-clone CI run 0.0 4.4 3.3 6.7 |
     # 4.6 6.0 4.6 4.5 6.6 5.3 ("KL falls below where stage II left it" did not reproduce in 6 steps). With the raw
     # sequence KL as the advantage term (no baseline) the drift went on: 0.0 2.1 9.8 15.1 | 18.9 18.4 17.7 26.0 24.7
-    # 20.7 (the last assertion fails on it).
+    # 20.7 at β = 1 (the last assertion fails on it).
     stage_one = kl[drift:]
     assert max(kl[:drift]) > 1.0, kl  # the solver drifted from its reference
     assert np.mean(stage_one[-3:]) < max(stage_one), kl
