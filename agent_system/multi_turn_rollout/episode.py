@@ -67,6 +67,21 @@ def is_truncated(response_ids: list[int], max_tokens: int, stop_ids: set[int]) -
     return len(response_ids) >= max_tokens and (not response_ids or response_ids[-1] not in stop_ids)
 
 
+def turn_from_output(
+    prompt_ids: list[int], output: Any, tokenizer: Any, max_tokens: int, stop_ids: set[int], shortened: bool = False
+) -> Turn:
+    """A :class:`Turn` from a rollout server's output: the sampled token ids and log-probs kept, text decoded."""
+    response_ids = list(output.token_ids)
+    return Turn(
+        prompt_ids=prompt_ids,
+        response_ids=response_ids,
+        log_probs=list(output.log_probs or []),
+        text=tokenizer.decode(response_ids, skip_special_tokens=True),
+        truncated=is_truncated(response_ids, max_tokens, stop_ids),
+        shortened=shortened,
+    )
+
+
 class EpisodeRunner:
     """Runs episodes for a batch of problems on two policies (anything with an async ``generate``)."""
 
@@ -84,15 +99,7 @@ class EpisodeRunner:
     async def _turn(self, policy, tokenizer, text, max_tokens, temperature, max_prompt, what, request_id, shortened):
         prompt_ids = encode_prompt(tokenizer, text, max_prompt, what)
         output = await policy.generate(prompt_ids, max_tokens, temperature, request_id)
-        response_ids = list(output.token_ids)
-        return Turn(
-            prompt_ids=prompt_ids,
-            response_ids=response_ids,
-            log_probs=list(output.log_probs or []),
-            text=tokenizer.decode(response_ids, skip_special_tokens=True),
-            truncated=is_truncated(response_ids, max_tokens, self.stop_ids[id(tokenizer)]),
-            shortened=shortened,
-        )
+        return turn_from_output(prompt_ids, output, tokenizer, max_tokens, self.stop_ids[id(tokenizer)], shortened)
 
     async def _ll(self, text: str, s: EpisodeSettings, what: str, request_id: str, shortened: bool) -> Turn:
         return await self._turn(

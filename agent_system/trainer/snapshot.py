@@ -23,7 +23,8 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from agent_system import verl_compat as vc
-from agent_system.multi_turn_rollout.episode import Episode, Turn
+from agent_system.cpu_backend.hf_server import stop_tokens
+from agent_system.multi_turn_rollout.episode import Episode, Turn, turn_from_output
 from agent_system.trainer.policy import PolicyGroup
 
 logger = logging.getLogger(__name__)
@@ -104,16 +105,11 @@ class LaggedSnapshot:
     ) -> list[list[list[Turn]]]:
         """One snapshot refinement per LL refinement, from the same turn-3 prompt ids: ``[problem][attempt][k]``."""
 
+        stop_ids = set(stop_tokens(tokenizer.name_or_path, tokenizer)[0])
+
         async def one(prompt_ids: list[int], request_id: str) -> Turn:
             output = await self.group.generate(prompt_ids, max_tokens, temperature, request_id)
-            response = list(output.token_ids)
-            return Turn(
-                prompt_ids=prompt_ids,
-                response_ids=response,
-                log_probs=list(output.log_probs or []),
-                text=tokenizer.decode(response, skip_special_tokens=True),
-                truncated=output.extra_fields.get("finish_reason") == "length",
-            )
+            return turn_from_output(prompt_ids, output, tokenizer, max_tokens, stop_ids)
 
         async def run() -> list[Turn]:
             jobs = [

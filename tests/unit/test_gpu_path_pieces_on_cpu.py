@@ -144,3 +144,21 @@ def test_rollout_backends_without_per_level_ranks_are_rejected():
     config = compose_config(["hl.rollout.name=sglang"])
     with pytest.raises(ConfigError, match=r"hl\.rollout\.name='sglang'"):
         validate_config(config)
+
+
+def test_turns_from_vllm_outputs_count_truncation_without_a_finish_reason(tmp_path):
+    """The episode and the lagged snapshot build turns with one helper; vLLM's TokenOutput has no finish_reason."""
+    from transformers import AutoTokenizer
+
+    from agent_system import verl_compat as vc
+    from agent_system.models.tiny import build_tiny_tokenizer
+    from agent_system.multi_turn_rollout.episode import turn_from_output
+
+    build_tiny_tokenizer(tmp_path)
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path)
+    eos = tokenizer.eos_token_id
+    cut = vc.TokenOutput(token_ids=[5, 6, 7], log_probs=[-0.1, -0.2, -0.3], stop_reason="completed")
+    done = vc.TokenOutput(token_ids=[5, 6, eos], log_probs=[-0.1, -0.2, -0.3], stop_reason="completed")
+    turn = turn_from_output([1, 2], cut, tokenizer, 3, {eos})
+    assert turn.truncated and turn.response_ids == [5, 6, 7] and turn.log_probs == [-0.1, -0.2, -0.3]
+    assert not turn_from_output([1, 2], done, tokenizer, 3, {eos}).truncated
