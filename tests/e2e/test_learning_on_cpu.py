@@ -2,9 +2,10 @@
 
 Toy task: one easy problem ("What is 1 + 2?"), repeated. The tiny random-init solver answers 3 by chance in a few
 percent of its samples (the arith grader takes the last number of a response), so GRPO has a signal from the first
-steps. 12 steps with n = 16 attempts ((tH, tL) = (1, 3): 9 LL and 3 HL updates) take the solver's turn-1
-accuracy from about 0.03 to well above 0.5 (measured; the servers' batching makes sampling order-dependent, so the
-assertion keeps a wide margin: late mean > early mean + 0.25). The test fails if the gradient sign, the advantage
+steps. 8 steps with n = 16 attempts ((tH, tL) = (1, 3): 6 LL and 2 HL updates) take the solver's turn-1
+accuracy from about 0.03 at step 1 (the initial weights) to well above 0.5 (measured: 0.30 mean over steps 1-4 and
+0.99 over steps 9-12 in a 12-step run; learning starts at step 2, so only step 1 measures the initial rate). The
+servers' batching makes sampling order-dependent, so the assertion keeps a wide margin: steps 6-8 > step 1 + 0.25. The test fails if the gradient sign, the advantage
 grouping or the weight sync is wrong: with a wrong sign or grouping accuracy does not rise; with a broken sync the
 servers keep sampling from the initial weights (no rise), and the actor/rollout log-prob gap on the sampled tokens
 exposes it directly.
@@ -57,9 +58,9 @@ def test_solver_reward_rises_and_feedback_writer_changes(tiny_models, tmp_path):
         f"data.val_files={tmp_path / 'val.parquet'}",
         f"trainer.default_local_dir={out}",
         "trainer.logger=[console]",
-        "trainer.total_training_steps=12",
-        "trainer.save_freq=12",
-        "trainer.test_freq=12",
+        "trainer.total_training_steps=8",
+        "trainer.save_freq=8",
+        "trainer.test_freq=8",
         "data.train_batch_size=2",
         "data.max_response_length=8",
         "hl.rollout.response_length=6",
@@ -75,13 +76,13 @@ def test_solver_reward_rises_and_feedback_writer_changes(tiny_models, tmp_path):
     log = result.stdout + result.stderr
     assert result.returncode == 0, log[-5000:]
 
-    early = sum(_metric(log, s, "train/acc@t1") for s in (1, 2, 3, 4)) / 4
-    late = sum(_metric(log, s, "train/acc@t1") for s in (9, 10, 11, 12)) / 4
-    print(f"turn-1 accuracy: steps 1-4 {early:.3f}, steps 9-12 {late:.3f}")
+    early = _metric(log, 1, "train/acc@t1")
+    late = sum(_metric(log, s, "train/acc@t1") for s in (6, 7, 8)) / 3
+    print(f"turn-1 accuracy: step 1 {early:.3f}, steps 6-8 {late:.3f}")
     assert early < 0.2 and late > early + 0.25, (early, late)
 
     # Every update after a level's first sync scores tokens its server sampled with the synced weights.
-    for step, level in ((5, "ll"), (7, "ll"), (11, "ll"), (8, "hl"), (12, "hl")):
+    for step, level in ((5, "ll"), (7, "ll"), (8, "hl")):
         assert _metric(log, step, f"{level}/rollout_actor_logprob_diff_max") < 1e-3, (step, level)
     # The HL was trained: its exported weights differ from the initial model.
     from transformers import AutoModelForCausalLM

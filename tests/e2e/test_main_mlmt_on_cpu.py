@@ -119,7 +119,7 @@ def test_two_ranks_per_level_resume_after_hard_kill(tiny_models, tmp_path):
     cmd = _command(
         tiny_models,
         out,
-        "trainer.total_training_steps=3",
+        "trainer.total_training_steps=2",
         "trainer.save_freq=1",
         "trainer.test_freq=-1",
         "trainer.val_before_train=false",
@@ -147,8 +147,8 @@ def test_two_ranks_per_level_resume_after_hard_kill(tiny_models, tmp_path):
     assert {level for level, _ in gaps} == {"ll", "hl"}, log[-3000:]
     assert all(float(value) == 0.0 for _, value in gaps), gaps
     assert not re.search(r"^step:1 - train/", log, re.M), "step 1 was trained again after resuming"
-    assert re.search(r"^step:2 ", log, re.M) and re.search(r"^step:3 ", log, re.M)
-    assert (out / "checkpoints" / "latest_checkpointed_iteration.txt").read_text().strip() == "3"
+    assert re.search(r"^step:2 ", log, re.M)
+    assert (out / "checkpoints" / "latest_checkpointed_iteration.txt").read_text().strip() == "2"
 
 
 def test_ppo_with_critics_kl_and_confidence_colocated_two_ranks(tiny_models, tmp_path):
