@@ -29,7 +29,7 @@ class Turn:
 
 @dataclass
 class Refinement:
-    feedback: Turn
+    feedback: Turn | None  # None: self-correction (mlmt.feedback=self), no feedback turn
     refinement: Turn
 
 
@@ -57,6 +57,7 @@ class EpisodeSettings:
     ll_temperature: float
     hl_temperature: float
     with_reference_refinement: bool = False
+    feedback: str = "model"  # model: HL feedback then refinement | self: refinement alone (SCoRe) | none: turn 1 only
 
 
 def is_truncated(response_ids: list[int], max_tokens: int, stop_ids: set[int]) -> bool:
@@ -147,6 +148,11 @@ class EpisodeRunner:
     async def _attempt(self, index: int, problem: str, j: int, s: EpisodeSettings) -> Attempt:
         rid = f"p{index}/a{j}"
         attempt = await self.solve(problem, s, f"{rid}/t1")
+        if s.feedback == "none":
+            return Attempt(attempt)
+        if s.feedback == "self":
+            jobs = [self.refine_without_feedback(problem, attempt, s, f"{rid}/s{k}") for k in range(s.m)]
+            return Attempt(attempt, [Refinement(None, turn) for turn in await asyncio.gather(*jobs)])
         jobs = [self.feedback_and_refine(problem, attempt, s, f"{rid}/f{k}") for k in range(s.m)]
         if s.with_reference_refinement:
             jobs.append(self.refine_without_feedback(problem, attempt, s, f"{rid}/ref"))
@@ -155,7 +161,8 @@ class EpisodeRunner:
         return Attempt(attempt, list(results[: s.m]), reference)
 
     async def run(self, problems: list[str], settings: EpisodeSettings) -> list[Episode]:
-        """All episodes of the batch; each problem gets ``n`` attempts, each attempt ``m`` feedback/refinements."""
+        """All episodes of the batch; each problem gets ``n`` attempts, each attempt ``m`` feedback/refinements
+        (``m`` self-corrections with ``feedback="self"``, none with ``feedback="none"``)."""
 
         async def episode(i: int, problem: str) -> Episode:
             attempts = await asyncio.gather(*[self._attempt(i, problem, j, settings) for j in range(settings.n)])

@@ -261,7 +261,8 @@ def level_advantages(
     problem, attempt = np.asarray(rows["problem"]), np.asarray(rows["attempt"])
     feedback, turn = np.asarray(rows["feedback"]), np.asarray(rows["turn"])
     r1 = scores["r1"][problem, attempt]
-    r3 = scores["r3"][problem, attempt, feedback]
+    # mlmt.feedback=none: no turn 3 (r3 is (B, n, 0)); every row is a turn-1 row
+    r3 = scores["r3"][problem, attempt, feedback] if scores["r3"].shape[2] else np.zeros(len(problem))
     r3_advantages = None
     if level == "ll":
         task = np.where(turn == 1, turn1_task_rewards(r1, stage), turn3_task_rewards(r1, r3, stage))

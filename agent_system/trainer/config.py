@@ -21,6 +21,7 @@ CPU_OVERLAY = CONFIG_DIR / "overlays" / "cpu.yaml"
 LEVELS = ("ll", "hl")
 ESTIMATORS = ("grpo", "rloo", "reinforce", "reinforce_plus_plus", "gae")
 HL_REWARDS = ("r3", "progress", "contrastive")
+FEEDBACK_SOURCES = ("model", "self", "none")  # mlmt.feedback: the HL, self-correction (SCoRe), single turn
 CONTRASTIVE_REFERENCES = ("lagged_snapshot", "no_feedback")
 GROUP_ESTIMATORS = ("grpo", "rloo")  # baselines from the row's own group: a term constant in the group cancels
 
@@ -74,6 +75,8 @@ def level_view(config: DictConfig, level: str) -> DictConfig:
 def validate_config(config: DictConfig) -> None:
     """Reject invalid combinations at start-up with a message that names the key."""
     mlmt = config.mlmt
+    if mlmt.feedback not in FEEDBACK_SOURCES:
+        raise ConfigError(f"mlmt.feedback={mlmt.feedback!r}: choose one of {FEEDBACK_SOURCES}")
     if mlmt.n < 1 or mlmt.m < 1:
         raise ConfigError(f"mlmt.n and mlmt.m must be >= 1 (got n={mlmt.n}, m={mlmt.m})")
     for level in LEVELS:
@@ -85,7 +88,7 @@ def validate_config(config: DictConfig) -> None:
             f"mlmt.ll.adv_estimator={mlmt.ll.adv_estimator} groups the n attempts on one problem: set mlmt.n >= 2 "
             "or use reinforce / reinforce_plus_plus / gae for the LL"
         )
-    if mlmt.hl.adv_estimator in ("grpo", "rloo") and mlmt.m < 2:
+    if has_hl(config) and mlmt.hl.adv_estimator in ("grpo", "rloo") and mlmt.m < 2:
         raise ConfigError(
             f"mlmt.hl.adv_estimator={mlmt.hl.adv_estimator} groups the m feedbacks on one attempt: set mlmt.m >= 2 "
             "or use reinforce / reinforce_plus_plus / gae for the HL"
@@ -130,7 +133,9 @@ def validate_config(config: DictConfig) -> None:
     if any(s not in (1, 2) for s in stages.stage_ids):
         raise ConfigError(f"mlmt.stages.stage_ids must contain 1 or 2 (got {list(stages.stage_ids)})")
     _reject_inert(config)
-    for level, policy in (("ll", config.actor_rollout_ref), ("hl", config.hl)):
+    if not has_hl(config):
+        _check_without_hl(config)
+    for level, policy in (("ll", config.actor_rollout_ref), ("hl", config.hl))[: 2 if has_hl(config) else 1]:
         name = "actor_rollout_ref" if level == "ll" else "hl"
         if policy.rollout.name not in ("vllm", "hf"):
             # sglang/trtllm would need the per-level replica ranks of trainer/level_rollout.py too
@@ -153,6 +158,40 @@ def validate_config(config: DictConfig) -> None:
         raise ConfigError("data.train_batch_size must be >= 1")
     if os.environ.get("VERL_PLATFORM", "") == "cpu" and config.trainer.device != "cpu":
         raise ConfigError("VERL_PLATFORM=cpu but trainer.device is not cpu: set trainer.device=cpu")
+
+
+def has_hl(config: DictConfig) -> bool:
+    """Whether the run has a feedback writer (``mlmt.feedback=model``): else the HL's workers are never started."""
+    return config.mlmt.feedback == "model"
+
+
+def _check_without_hl(config: DictConfig) -> None:
+    """``mlmt.feedback=self|none`` has no HL: reject the knobs that would act only on one (or on a missing turn 3)."""
+    mlmt, stages, feedback = config.mlmt, config.mlmt.stages, config.mlmt.feedback
+    hl_knobs = {
+        "mlmt.reward.hl_reward": mlmt.reward.hl_reward != "r3",
+        "mlmt.reward.confidence_lambda": mlmt.reward.confidence_lambda > 0,
+        "mlmt.stages.beta_h": any(b > 0 for b in stages.beta_h),
+        "mlmt.hl.freeze": bool(mlmt.hl.freeze),
+        "mlmt.hl.adv_estimator=gae": mlmt.hl.adv_estimator == "gae",
+    }
+    set_keys = [key for key, is_set in hl_knobs.items() if is_set]
+    if set_keys:
+        raise ConfigError(f"mlmt.feedback={feedback} has no feedback writer (HL), so {set_keys} cannot act; unset them")
+    if mlmt.ll.freeze:
+        raise ConfigError(f"mlmt.ll.freeze=true with mlmt.feedback={feedback}: the solver is the only model")
+    if feedback == "none":
+        turn3_knobs = {
+            "mlmt.stages.stage_ids=1": 1 in stages.stage_ids,  # stage I rewards turn 1 with −β2·KL only
+            "mlmt.stages.alpha": any(a > 0 for a in stages.alpha),
+            "mlmt.stages.beta_l": any(b > 0 for b in stages.beta_l),
+        }
+        set_keys = [key for key, is_set in turn3_knobs.items() if is_set]
+        if set_keys:
+            raise ConfigError(
+                f"mlmt.feedback=none trains turn 1 alone (reward R1), so {set_keys} (refinement-turn settings) cannot "
+                "act; unset them"
+            )
 
 
 def _reject_inert(config: DictConfig) -> None:

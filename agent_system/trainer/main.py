@@ -40,7 +40,7 @@ def prepare_config(config: DictConfig, user_overrides: list[str]) -> DictConfig:
     from agent_system import verl_plugin
     from agent_system.data.default_dataset import ensure_default_dataset
     from agent_system.models.resolve import resolve_model_path
-    from agent_system.trainer.config import apply_hardware_overlay, validate_config
+    from agent_system.trainer.config import apply_hardware_overlay, has_hl, validate_config
 
     if not verl_plugin.LOADED:
         raise RuntimeError("the MLMT-RL verl plugin did not load; reinstall with `bash scripts/install.sh`")
@@ -52,10 +52,11 @@ def prepare_config(config: DictConfig, user_overrides: list[str]) -> DictConfig:
     config = apply_hardware_overlay(config, user_overrides)
     with open_dict(config):
         # A critic's path defaults to its policy's (${...} in the YAML) but may be set on its own: resolve it too.
-        keys = ["actor_rollout_ref.model.path", "hl.model.path"]
+        levels = ("ll", "hl") if has_hl(config) else ("ll",)  # mlmt.feedback=self|none: no HL model to load
+        keys = ["actor_rollout_ref.model.path", "hl.model.path"][: len(levels)]
         keys += [
             f"{critic}.model.path"
-            for level, critic in (("ll", "critic"), ("hl", "hl_critic"))
+            for level, critic in (("ll", "critic"), ("hl", "hl_critic"))[: len(levels)]
             if config.mlmt[level].adv_estimator == "gae"
         ]
         for key in keys:
@@ -82,11 +83,13 @@ def _read_frame(path: str | None) -> pd.DataFrame | None:
 
 def reference_needed(config: DictConfig) -> dict[str, bool]:
     """Per level: whether its workers need a reference model (a β > 0 in any stage, or the actor's own KL loss)."""
+    from agent_system.trainer.config import has_hl
+
     stages = config.mlmt.stages
     return {
         "ll": any(b > 0 for b in [*stages.beta1, *stages.beta2, *stages.beta_l])
         or bool(config.actor_rollout_ref.actor.use_kl_loss),
-        "hl": any(b > 0 for b in stages.beta_h) or bool(config.hl.actor.use_kl_loss),
+        "hl": has_hl(config) and (any(b > 0 for b in stages.beta_h) or bool(config.hl.actor.use_kl_loss)),
     }
 
 
@@ -108,6 +111,7 @@ def build_trainer(config: DictConfig):
     from agent_system.multi_turn_rollout.episode import EpisodeRunner
     from agent_system.prompts.templates import PromptBuilder
     from agent_system.rewards import RewardPool
+    from agent_system.trainer.config import has_hl
     from agent_system.trainer.mlmt_trainer import MLMTTrainer
     from agent_system.trainer.placement import build_workers
 
@@ -115,7 +119,8 @@ def build_trainer(config: DictConfig):
     train_frame, val_frame = _read_frame(config.data.train_files), _read_frame(config.data.val_files)
     if config.mlmt.reward.confidence_lambda > 0:
         check_reference_solutions(train_frame, config.data.train_files)
-    critic_levels = tuple(level for level in ("ll", "hl") if config.mlmt[level].adv_estimator == "gae")
+    levels = ("ll", "hl") if has_hl(config) else ("ll",)
+    critic_levels = tuple(level for level in levels if config.mlmt[level].adv_estimator == "gae")
     groups, critics = build_workers(config, use_ref, critic_levels)
     for group in groups.values():
         group.init()
@@ -128,12 +133,13 @@ def build_trainer(config: DictConfig):
 
         snapshot = LaggedSnapshot(config)
         snapshot.init()
-    tokenizers = {
-        "ll": AutoTokenizer.from_pretrained(config.actor_rollout_ref.model.path),
-        "hl": AutoTokenizer.from_pretrained(config.hl.model.path),
-    }
+    tokenizers = {"ll": AutoTokenizer.from_pretrained(config.actor_rollout_ref.model.path)}
+    if has_hl(config):
+        tokenizers["hl"] = AutoTokenizer.from_pretrained(config.hl.model.path)
     prompts = PromptBuilder(dict(config.mlmt.prompts.overrides), config.mlmt.prompts.max_attempt_chars)
-    runner = EpisodeRunner(groups["ll"], groups["hl"], tokenizers["ll"], tokenizers["hl"], prompts)
+    runner = EpisodeRunner(
+        groups["ll"], groups.get("hl"), tokenizers["ll"], tokenizers.get("hl", tokenizers["ll"]), prompts
+    )
     pool = RewardPool(config.mlmt.reward.num_workers, config.mlmt.reward.timeout_s)
     return MLMTTrainer(
         config,

@@ -11,27 +11,36 @@ logger = logging.getLogger(__name__)
 
 
 def episode_metrics(episodes, scores: dict[str, np.ndarray], prefix: str) -> dict[str, float]:
-    """acc@t1, acc@t3, Δ(t1,t3), Δi→c, Δc→i, lengths and truncation counts of a batch of episodes."""
+    """acc@t1, acc@t3, Δ(t1,t3), Δi→c, Δc→i, lengths and truncation counts of a batch of episodes.
+
+    Without feedback turns (``mlmt.feedback=self``) the HL length is absent; without refinements
+    (``mlmt.feedback=none``) so are the turn-3 metrics."""
     r1, r3 = scores["r1"], scores["r3"]  # (B, n), (B, n, m)
-    first = np.repeat(r1[:, :, None], r3.shape[2], axis=2) > 0.5
-    final = r3 > 0.5
     attempts = [a for e in episodes for a in e.attempts]
-    feedbacks = [r.feedback for a in attempts for r in a.refinements]
+    feedbacks = [r.feedback for a in attempts for r in a.refinements if r.feedback is not None]
     refinements = [r.refinement for a in attempts for r in a.refinements]
     turns = [a.attempt for a in attempts] + feedbacks + refinements
     metrics = {
         "acc@t1": float(r1.mean()),
-        "acc@t3": float(r3.mean()),
-        "delta_t1_t3": float(r3.mean() - r1.mean()),
-        "delta_i2c": float((~first & final).mean()),
-        "delta_c2i": float((first & ~final).mean()),
-        "hl_feedback_length": float(np.mean([len(t.response_ids) for t in feedbacks])),
         "ll_attempt_length": float(np.mean([len(a.attempt.response_ids) for a in attempts])),
-        "ll_refinement_length": float(np.mean([len(t.response_ids) for t in refinements])),
         "truncated_turns": float(sum(t.truncated for t in turns)),
         "shortened_prompts": float(sum(t.shortened for t in turns)),
         "generated_tokens": float(sum(len(t.response_ids) for t in turns)),
     }
+    if r3.size:
+        first = np.repeat(r1[:, :, None], r3.shape[2], axis=2) > 0.5
+        final = r3 > 0.5
+        metrics.update(
+            {
+                "acc@t3": float(r3.mean()),
+                "delta_t1_t3": float(r3.mean() - r1.mean()),
+                "delta_i2c": float((~first & final).mean()),
+                "delta_c2i": float((first & ~final).mean()),
+                "ll_refinement_length": float(np.mean([len(t.response_ids) for t in refinements])),
+            }
+        )
+    if feedbacks:
+        metrics["hl_feedback_length"] = float(np.mean([len(t.response_ids) for t in feedbacks]))
     if "r_ref" in scores:  # (B, n, m): the lagged LL snapshot on the same prompts; (B, n): no feedback
         name = "acc@t3_snapshot" if scores["r_ref"].ndim == 3 else "acc@t3_no_feedback"
         metrics[name] = float(scores["r_ref"].mean())
@@ -40,17 +49,27 @@ def episode_metrics(episodes, scores: dict[str, np.ndarray], prefix: str) -> dic
 
 def trajectory_records(problems, episodes, scores) -> list[dict]:
     """One JSON-able record per (attempt, feedback) pair: problem, attempt, feedback, refinement, R1, R3 (and R_ref
-    with the contrastive HL reward)."""
+    with the contrastive HL reward). Self-correction records have feedback null; single-turn records (no
+    refinement) hold the problem, the attempt and R1."""
     records = []
     for row, episode in zip(problems, episodes, strict=True):
         for j, attempt in enumerate(episode.attempts):
+            if not attempt.refinements:
+                records.append(
+                    {
+                        "problem": episode.problem,
+                        "ground_truth": str(row["reward_model"]["ground_truth"]),
+                        "attempt": attempt.attempt.text,
+                        "R1": float(scores["r1"][episode.problem_index, j]),
+                    }
+                )
             for k, refinement in enumerate(attempt.refinements):
                 records.append(
                     {
                         "problem": episode.problem,
                         "ground_truth": str(row["reward_model"]["ground_truth"]),
                         "attempt": attempt.attempt.text,
-                        "feedback": refinement.feedback.text,
+                        "feedback": refinement.feedback.text if refinement.feedback is not None else None,
                         "refinement": refinement.refinement.text,
                         "R1": float(scores["r1"][episode.problem_index, j]),
                         "R3": float(scores["r3"][episode.problem_index, j, k]),

@@ -1,9 +1,14 @@
 """MLMTTrainer: the two-policy training loop (DESIGN.md §5). Its ``fit()`` is the one loop of the project.
 
-One step: sample B problems → LL attempts (n each) → HL feedbacks (m per attempt) → LL refinements → rewards R1/R3
-→ per-turn rewards and advantages per level (verl's estimators, nested groups) → update the level(s) whose turn it
-is ((tH, tL) schedule, LL first; frozen levels never) → sync their weights into their rollout servers → log,
-validate, checkpoint. Rows are built from the exact token ids the servers returned.
+One step (``mlmt.feedback=model``, the default): sample B problems → LL attempts (n each) → HL feedbacks (m per
+attempt) → LL refinements → rewards R1/R3 → per-turn rewards and advantages per level (verl's estimators, nested
+groups) → update the level(s) whose turn it is ((tH, tL) schedule, LL first; frozen levels never) → sync their
+weights into their rollout servers → log, validate, checkpoint. Rows are built from the exact token ids the
+servers returned.
+
+The baselines run the same loop without an HL (no HL workers are started): ``mlmt.feedback=self`` replaces the
+feedback turn with the fixed self-correction instruction (SCoRe: attempt, then a second attempt that is trained
+as turn 3), ``mlmt.feedback=none`` stops after turn 1 (single-turn GRPO, reward R1).
 """
 
 from __future__ import annotations
@@ -102,7 +107,8 @@ class MLMTTrainer:
             with _timer(timing, "reward"):
                 scores = self.score(problems, episodes, references)
             metrics = episode_metrics(episodes, scores, prefix="train")
-            active = levels_to_update(step, self.mlmt.schedule, {k: self.mlmt[k].freeze for k in ("ll", "hl")})
+            frozen = {k: k not in self.groups or self.mlmt[k].freeze for k in ("ll", "hl")}  # no HL: the LL alone
+            active = levels_to_update(step, self.mlmt.schedule, frozen)
             stage_index, stage = adv.stage_at(self.mlmt.stages, step)
             metrics["train/stage_id"] = stage.stage_id
             metrics.update(self.train_levels(active, problems, episodes, scores, stage, timing))
@@ -152,6 +158,7 @@ class MLMTTrainer:
             ll_temperature=0.0 if validate else ll_rollout.temperature,
             hl_temperature=0.0 if validate else hl_rollout.temperature,
             with_reference_refinement=not validate and self._contrastive("no_feedback"),
+            feedback=self.mlmt.feedback,
         )
         texts = [row["prompt"][0]["content"] for row in problems]
         for group in self.groups.values():
@@ -164,6 +171,8 @@ class MLMTTrainer:
 
     def _contrastive(self, reference: str) -> bool:
         reward = self.mlmt.reward
+        if self.mlmt.feedback != "model":
+            return False
         return reward.hl_reward == "contrastive" and reward.contrastive_reference == reference
 
     def snapshot_refinements(self, episodes: list[Episode]) -> list | None:
@@ -452,7 +461,10 @@ def reward_item(row: dict, text: str) -> dict:
 
 
 def _level_rows(level: str, episodes: list[Episode]) -> dict[str, list]:
-    """Flatten episodes into one level's rows: LL = turn-1 + turn-3 rows, HL = turn-2 rows."""
+    """Flatten episodes into one level's rows: LL = turn-1 + turn-3 rows, HL = turn-2 rows.
+
+    Turn numbers are the MLMT ones whatever ``mlmt.feedback``: a self-correction (SCoRe's second attempt) is a
+    turn-3 row, so it gets turn-3 rewards, groups and β_L."""
     rows = defaultdict(list)
 
     def add(turn, number, i, j, k):

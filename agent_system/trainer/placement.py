@@ -14,7 +14,7 @@ from typing import Any
 from omegaconf import DictConfig, open_dict
 
 from agent_system import verl_compat as vc
-from agent_system.trainer.config import level_view
+from agent_system.trainer.config import has_hl, level_view
 from agent_system.trainer.critic import CriticGroup
 from agent_system.trainer.policy import PolicyGroup
 
@@ -24,14 +24,15 @@ LEVELS = ("ll", "hl")
 def build_workers(
     config: DictConfig, use_ref: dict[str, bool], critic_levels: tuple[str, ...] = ()
 ) -> tuple[dict[str, PolicyGroup], dict[str, CriticGroup]]:
-    """Create the policy groups and critics of both levels (models not yet initialised)."""
+    """Create the policy groups and critics of both levels, or of the LL alone without an HL (not yet initialised)."""
     assign_replica_ranks(config)
-    views = {level: level_view(config, level) for level in LEVELS}
-    classes = {f"{level}_actor": PolicyGroup.worker_class(views[level], use_ref[level]) for level in LEVELS}
+    levels = LEVELS if has_hl(config) else ("ll",)  # mlmt.feedback=self|none: the solver alone
+    views = {level: level_view(config, level) for level in levels}
+    classes = {f"{level}_actor": PolicyGroup.worker_class(views[level], use_ref[level]) for level in levels}
     classes.update({f"{level}_critic": CriticGroup.worker_class(views[level]) for level in critic_levels})
     if config.mlmt.placement == "split":
         spawned = {}
-        for level in LEVELS:
+        for level in levels:
             pool = vc.RayResourcePool(
                 process_on_nodes=[config.mlmt[f"{level}_gpus"]],
                 use_gpu=True,
@@ -47,7 +48,7 @@ def build_workers(
             name_prefix="mlmt_shared",
         )
         spawned = _worker_groups(pool, classes, "shared")
-    groups = {level: PolicyGroup(level, views[level], spawned[f"{level}_actor"], use_ref[level]) for level in LEVELS}
+    groups = {level: PolicyGroup(level, views[level], spawned[f"{level}_actor"], use_ref[level]) for level in levels}
     critics = {level: CriticGroup(level, views[level], spawned[f"{level}_critic"]) for level in critic_levels}
     return groups, critics
 

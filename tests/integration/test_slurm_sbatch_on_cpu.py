@@ -43,8 +43,14 @@ def slurm_cluster(tmp_path):
 
 
 def _ray_processes() -> set[int]:
+    """Ray daemons of Slurm jobs: their session folder is the job's --temp-dir (ray-mlmt-<job id>), so a Ray that
+    another program runs on the machine is not counted."""
     names = ("raylet", "gcs_server")
-    return {p.pid for p in psutil.process_iter(["name"]) if any(n in (p.info["name"] or "") for n in names)}
+    return {
+        p.pid
+        for p in psutil.process_iter(["name", "cmdline"])
+        if any(n in (p.info["name"] or "") for n in names) and "ray-mlmt-" in " ".join(p.info["cmdline"] or [])
+    }
 
 
 def test_sbatch_two_nodes_one_step(slurm_cluster, tiny_models, tmp_path):
