@@ -37,7 +37,7 @@ import ray
 
 from agent_system.multi_turn_rollout.batch import build_rows
 from agent_system.multi_turn_rollout.episode import EpisodeSettings
-from agent_system.prompts.templates import encode_prompt
+from agent_system.prompts.templates import Task
 from agent_system.trainer import advantages as adv
 from agent_system.trainer.config import compose_config
 from agent_system.trainer.main import build_trainer, prepare_config
@@ -121,13 +121,11 @@ def single_step(trainer, step: int) -> dict[str, float]:
     timer = Timer()
     with timer("generate"):
         problems = trainer.sampler.next_batch()
-        texts = [row["prompt"][0]["content"] for row in problems]
+        tasks = [Task.from_row(row) for row in problems]
         budgets = [config.data.max_response_length] * (1 + 2 * mlmt.m)
         budgets[1 : 1 + mlmt.m] = [config.hl.rollout.response_length] * mlmt.m  # as many tokens as the HL turns
-        jobs = [(i, j, budget) for i in range(len(texts)) for j in range(mlmt.n) for budget in budgets]
-        prompt_ids = [
-            encode_prompt(tokenizer, prompts.solve(text), config.data.max_prompt_length, "solve") for text in texts
-        ]
+        jobs = [(i, j, budget) for i in range(len(tasks)) for j in range(mlmt.n) for budget in budgets]
+        prompt_ids = [prompts.solve(task, tokenizer, config.data.max_prompt_length).ids for task in tasks]
 
         async def sample():
             temperature = config.actor_rollout_ref.rollout.temperature
@@ -167,61 +165,35 @@ def single_step(trainer, step: int) -> dict[str, float]:
 def barrier_episode_seconds(trainer, problems) -> float:
     """The same episode with a barrier after every turn (all attempts, then all feedbacks, then all refinements)."""
     runner, settings = trainer.runner, _settings(trainer)
-    prompts = runner.prompts
 
     async def run():
-        turn = runner._turn
-        texts = [row["prompt"][0]["content"] for row in problems]
-        attempts = await asyncio.gather(
-            *[
-                turn(
-                    runner.ll,
-                    runner.ll_tokenizer,
-                    prompts.solve(t),
-                    settings.ll_max_tokens,
-                    settings.ll_temperature,
-                    settings.max_prompt_tokens,
-                    "solve",
-                    f"{i}/{j}",
-                    False,
-                )
-                for i, t in enumerate(texts)
-                for j in range(settings.n)
-            ]
+        tasks = [Task.from_row(row) for row in problems]
+        owners = [i for i in range(len(tasks)) for _ in range(settings.n)]
+        attempts = await asyncio.gather(*[runner.solve(tasks[o], settings, f"{o}/{j}") for j, o in enumerate(owners)])
+        executions = await asyncio.gather(
+            *[runner.execution_result(tasks[o], a) for o, a in zip(owners, attempts, strict=True)]
         )
-        owners = [i for i in range(len(texts)) for _ in range(settings.n)]
+        pairs = [(o, a, e) for o, a, e in zip(owners, attempts, executions, strict=True) for _ in range(settings.m)]
         feedbacks = await asyncio.gather(
             *[
-                turn(
-                    runner.hl,
-                    runner.hl_tokenizer,
-                    prompts.feedback(texts[o], a.text)[0],
-                    settings.hl_max_tokens,
-                    settings.hl_temperature,
-                    settings.max_prompt_tokens,
-                    "feedback",
+                runner._generate(
+                    "hl",
+                    runner.prompts.feedback(tasks[o], a.text, e, runner.hl_tokenizer, settings.max_prompt_tokens),
+                    settings,
                     f"f{k}",
-                    False,
                 )
-                for o, a in zip(owners, attempts, strict=True)
-                for k in range(settings.m)
+                for k, (o, a, e) in enumerate(pairs)
             ]
         )
-        pairs = [(o, a) for o, a in zip(owners, attempts, strict=True) for _ in range(settings.m)]
         await asyncio.gather(
             *[
-                turn(
-                    runner.ll,
-                    runner.ll_tokenizer,
-                    prompts.refine(texts[o], a.text, f.text)[0],
-                    settings.ll_max_tokens,
-                    settings.ll_temperature,
-                    settings.max_prompt_tokens,
-                    "refine",
+                runner._generate(
+                    "ll",
+                    runner.prompts.refine(tasks[o], a.text, f.text, runner.ll_tokenizer, settings.max_prompt_tokens),
+                    settings,
                     f"r{k}",
-                    False,
                 )
-                for k, ((o, a), f) in enumerate(zip(pairs, feedbacks, strict=True))
+                for k, ((o, a, _), f) in enumerate(zip(pairs, feedbacks, strict=True))
             ]
         )
 

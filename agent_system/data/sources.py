@@ -82,7 +82,9 @@ def _tests(record: dict, field: str = "test_list") -> list[str]:
 def _code_row(record: dict, index: int, split: str, text: str, setup: str, variant: str) -> dict:
     tests = _tests(record)
     code = _text(record, "code").replace("\r\n", "\n")
-    problem = text.strip() + "\n\nYour code should pass these tests:\n" + "\n".join(tests)
+    # the first test only, as an example of the function's name and signature (MBPP practice since InCoder, as in
+    # the bigcode evaluation harness); the others stay hidden: a program hard-coding the shown assert earns nothing
+    problem = text.strip() + "\n\nYour code should pass this test, among others:\n" + tests[0]
     extra = {
         "index": index,
         "split": split,
@@ -97,7 +99,7 @@ def _code_row(record: dict, index: int, split: str, text: str, setup: str, varia
 
 
 def convert_mbpp(record: dict, index: int, split: str) -> dict:
-    """MBPP full: the prompt is the task text plus its asserts (they name the function to write)."""
+    """MBPP full: the prompt is the task text plus its first assert (it names the function to write)."""
     setup = record.get("test_setup_code") or ""
     if not isinstance(setup, str):
         raise RowError("test_setup_code", "must be a string")

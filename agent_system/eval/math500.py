@@ -51,7 +51,7 @@ from tqdm import tqdm
 from agent_system import console
 from agent_system.cpu_backend.hf_server import HFRolloutServer, stop_tokens
 from agent_system.multi_turn_rollout.episode import EpisodeRunner, EpisodeSettings, Turn
-from agent_system.prompts.templates import PromptBuilder
+from agent_system.prompts.templates import PromptBuilder, Task
 
 logger = logging.getLogger(__name__)
 
@@ -67,7 +67,6 @@ RESULT_KEYS = (
     "max_tokens",
     "feedback_tokens",
     "max_prompt_tokens",
-    "max_attempt_chars",
 )
 
 
@@ -158,7 +157,7 @@ def load_policy(path: str, engine: str, max_model_len: int, batch_size: int) -> 
     return LocalPolicy(server), tokenizer
 
 
-async def evaluate_problem(runner: EpisodeRunner, problem: str, args: argparse.Namespace, rid: str) -> list[Turn]:
+async def evaluate_problem(runner: EpisodeRunner, task: Task, args: argparse.Namespace, rid: str) -> list[Turn]:
     """One sample's turns: [attempt, (feedback, refinement) × rounds] or [attempt, refinement × rounds]."""
     settings = EpisodeSettings(
         n=1,
@@ -170,13 +169,14 @@ async def evaluate_problem(runner: EpisodeRunner, problem: str, args: argparse.N
         hl_temperature=args.temperature,
     )
     first = settings if args.samples > 1 else dataclasses.replace(settings, ll_temperature=0.0)
-    turns = [await runner.solve(problem, first, f"{rid}/t1")]
+    turns = [await runner.solve(task, first, f"{rid}/t1")]
     for r in range(args.rounds):
         if args.mode == "feedback":
-            refined = await runner.feedback_and_refine(problem, turns[-1], settings, f"{rid}/r{r}")
+            execution = await runner.execution_result(task, turns[-1])
+            refined = await runner.feedback_and_refine(task, turns[-1], execution, settings, f"{rid}/r{r}")
             turns += [refined.feedback, refined.refinement]
         else:
-            turns.append(await runner.refine_without_feedback(problem, turns[-1], settings, f"{rid}/r{r}"))
+            turns.append(await runner.refine_without_feedback(task, turns[-1], settings, f"{rid}/r{r}"))
     return turns
 
 
@@ -343,13 +343,25 @@ async def gather(awaitables, return_exceptions: bool = False) -> list:
 
 def run_problems(args, store: RecordStore, rows: list[dict], todo: list[int], resolve, reward_pool) -> None:
     """Generate and grade the problems in ``todo``, batch by batch, appending each batch's records."""
+    from transformers import AutoTokenizer
+
     max_model_len = args.max_prompt_tokens + max(args.max_tokens, args.feedback_tokens)
     ll_path = resolve(args.ll, "--ll")
+    hl_path = resolve(args.hl, "--hl") if args.mode == "feedback" else ll_path
+    prompts = PromptBuilder({}, args.min_quote_tokens)
+    tasks = {i: Task.from_row(rows[i]) for i in todo}
+    readers = {"ll": AutoTokenizer.from_pretrained(ll_path), "hl": AutoTokenizer.from_pretrained(hl_path)}
+    tokens, name, index = prompts.largest_prompt(list(tasks.values()), readers)
+    if tokens > args.max_prompt_tokens:  # before any engine starts
+        raise EvalSettingsError(
+            f"--max-prompt-tokens {args.max_prompt_tokens} cannot hold the {name} prompt of problem "
+            f"{list(tasks)[index]}: it needs {tokens} tokens with quotes at --min-quote-tokens {args.min_quote_tokens}"
+        )
     ll, ll_tokenizer = load_policy(ll_path, args.engine, max_model_len, args.batch_size)
     hl, hl_tokenizer = (ll, ll_tokenizer)  # self-correction, or the same model at both levels: one engine
-    if args.mode == "feedback" and resolve(args.hl, "--hl") != ll_path:
-        hl, hl_tokenizer = load_policy(resolve(args.hl, "--hl"), args.engine, max_model_len, args.batch_size)
-    runner = EpisodeRunner(ll, hl, ll_tokenizer, hl_tokenizer, PromptBuilder({}, args.max_attempt_chars))
+    if hl_path != ll_path:
+        hl, hl_tokenizer = load_policy(hl_path, args.engine, max_model_len, args.batch_size)
+    runner = EpisodeRunner(ll, hl, ll_tokenizer, hl_tokenizer, prompts)
     loop = asyncio.new_event_loop()  # one loop for all batches: vLLM's engine binds to the loop that first uses it
     try:
         with (
@@ -359,9 +371,7 @@ def run_problems(args, store: RecordStore, rows: list[dict], todo: list[int], re
             for start in range(0, len(todo), args.batch_size):
                 batch = todo[start : start + args.batch_size]
                 jobs = [
-                    evaluate_problem(runner, rows[i]["prompt"][0]["content"], args, f"p{i}/s{j}")
-                    for i in batch
-                    for j in range(args.samples)
+                    evaluate_problem(runner, tasks[i], args, f"p{i}/s{j}") for i in batch for j in range(args.samples)
                 ]
                 turns = loop.run_until_complete(gather(jobs))
                 store.add(grade(pool, rows, batch, turns, args))
@@ -430,7 +440,9 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=1024, help="solver tokens per turn")
     parser.add_argument("--feedback-tokens", type=int, default=512, help="feedback writer tokens per turn")
     parser.add_argument("--max-prompt-tokens", type=int, default=4096, help="prompt budget per turn")
-    parser.add_argument("--max-attempt-chars", type=int, default=4000, help="longer quoted attempts are shortened")
+    parser.add_argument(
+        "--min-quote-tokens", type=int, default=64, help="the budget must leave each quoted text at least this much"
+    )
     parser.add_argument("--batch-size", type=int, default=16, help="problems generated together")
     parser.add_argument("--reward-workers", type=int, default=2, help="grading processes")
     parser.add_argument("--timeout-s", type=float, default=5.0, help="grading wall-clock limit per answer")

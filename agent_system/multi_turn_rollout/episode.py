@@ -3,7 +3,9 @@
 Every attempt is its own asyncio task: as soon as an attempt returns, its m feedbacks start; as soon as a feedback
 returns, its refinement starts. Attempts, feedbacks and refinements of different problems therefore overlap
 instead of waiting for a turn-wide barrier. Text is decoded only to build the next prompt (HL and LL may use
-different tokenizers); training rows keep the exact token ids and log-probs the servers returned.
+different tokenizers); training rows keep the exact token ids and log-probs the servers returned. Prompts are chosen
+by the task's kind and fit the prompt budget (:mod:`agent_system.prompts.templates`). A code attempt is run against
+its task's tests in the sandbox before its feedbacks start: the feedback writer reads the execution result.
 """
 
 from __future__ import annotations
@@ -12,19 +14,28 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent_system.prompts.templates import PromptBuilder, encode_prompt
+from agent_system.prompts.templates import Prompt, PromptBuilder, Task
+from agent_system.rewards.code_sandbox import SandboxLimits
 
 
 @dataclass
 class Turn:
-    """One generated turn: prompt and response token ids, the server's log-probs, decoded text."""
+    """One generated turn: its prompt (text and token ids), response token ids, the server's log-probs, decoded text."""
 
-    prompt_ids: list[int]
+    prompt: Prompt
     response_ids: list[int]
     log_probs: list[float]
     text: str
     truncated: bool  # used its whole max_tokens budget without emitting a stop token
-    shortened: bool = False  # a quoted attempt/feedback in its prompt was shortened
+
+    @property
+    def prompt_ids(self) -> list[int]:
+        return self.prompt.ids
+
+    @property
+    def shortened(self) -> bool:
+        """A quoted attempt / feedback / execution result in the prompt was shortened to fit the budget."""
+        return self.prompt.shortened
 
 
 @dataclass
@@ -38,12 +49,13 @@ class Attempt:
     attempt: Turn
     refinements: list[Refinement] = field(default_factory=list)
     no_feedback_refinement: Turn | None = None  # reference refinement for the contrastive HL reward
+    execution: str = ""  # code tasks: the attempt's run against the tests, as the feedback writer read it
 
 
 @dataclass
 class Episode:
     problem_index: int
-    problem: str
+    task: Task
     attempts: list[Attempt]
 
 
@@ -68,104 +80,108 @@ def is_truncated(response_ids: list[int], max_tokens: int, stop_ids: set[int]) -
     return len(response_ids) >= max_tokens and (not response_ids or response_ids[-1] not in stop_ids)
 
 
-def turn_from_output(
-    prompt_ids: list[int], output: Any, tokenizer: Any, max_tokens: int, stop_ids: set[int], shortened: bool = False
-) -> Turn:
+def turn_from_output(prompt: Prompt, output: Any, tokenizer: Any, max_tokens: int, stop_ids: set[int]) -> Turn:
     """A :class:`Turn` from a rollout server's output: the sampled token ids and log-probs kept, text decoded."""
     response_ids = list(output.token_ids)
     return Turn(
-        prompt_ids=prompt_ids,
+        prompt=prompt,
         response_ids=response_ids,
         log_probs=list(output.log_probs or []),
         text=tokenizer.decode(response_ids, skip_special_tokens=True),
         truncated=is_truncated(response_ids, max_tokens, stop_ids),
-        shortened=shortened,
     )
 
 
 class EpisodeRunner:
-    """Runs episodes for a batch of problems on two policies (anything with an async ``generate``)."""
+    """Runs episodes for a batch of tasks on two policies (anything with an async ``generate``).
 
-    def __init__(self, ll: Any, hl: Any, ll_tokenizer: Any, hl_tokenizer: Any, prompts: PromptBuilder) -> None:
+    Args:
+        ll, hl: The solver's and the feedback writer's policies.
+        ll_tokenizer, hl_tokenizer: Their tokenizers (each prompt is built and budgeted with its reader's).
+        prompts: The prompt builder.
+        sandbox_limits: Limits of the sandbox run that gives a code attempt's execution result to the feedback
+            writer (the reward's machinery, :func:`agent_system.rewards.code_reward.execution_result`).
+    """
+
+    def __init__(
+        self,
+        ll: Any,
+        hl: Any,
+        ll_tokenizer: Any,
+        hl_tokenizer: Any,
+        prompts: PromptBuilder,
+        sandbox_limits: SandboxLimits | None = None,
+    ) -> None:
         from agent_system.cpu_backend.hf_server import stop_tokens
 
         self.ll, self.hl = ll, hl
         self.ll_tokenizer, self.hl_tokenizer = ll_tokenizer, hl_tokenizer
         self.prompts = prompts
+        self.sandbox_limits = sandbox_limits or SandboxLimits()
         self.stop_ids = {
             id(tokenizer): set(stop_tokens(tokenizer.name_or_path, tokenizer)[0])
             for tokenizer in (ll_tokenizer, hl_tokenizer)
         }
 
-    async def _turn(self, policy, tokenizer, text, max_tokens, temperature, max_prompt, what, request_id, shortened):
-        prompt_ids = encode_prompt(tokenizer, text, max_prompt, what)
-        output = await policy.generate(prompt_ids, max_tokens, temperature, request_id)
-        return turn_from_output(prompt_ids, output, tokenizer, max_tokens, self.stop_ids[id(tokenizer)], shortened)
+    async def _generate(self, level: str, prompt: Prompt, s: EpisodeSettings, request_id: str) -> Turn:
+        policy, tokenizer = (self.ll, self.ll_tokenizer) if level == "ll" else (self.hl, self.hl_tokenizer)
+        max_tokens = s.ll_max_tokens if level == "ll" else s.hl_max_tokens
+        temperature = s.ll_temperature if level == "ll" else s.hl_temperature
+        output = await policy.generate(prompt.ids, max_tokens, temperature, request_id)
+        return turn_from_output(prompt, output, tokenizer, max_tokens, self.stop_ids[id(tokenizer)])
 
-    async def _ll(self, text: str, s: EpisodeSettings, what: str, request_id: str, shortened: bool) -> Turn:
-        return await self._turn(
-            self.ll,
-            self.ll_tokenizer,
-            text,
-            s.ll_max_tokens,
-            s.ll_temperature,
-            s.max_prompt_tokens,
-            what,
-            request_id,
-            shortened,
-        )
-
-    async def _hl(self, text: str, s: EpisodeSettings, what: str, request_id: str, shortened: bool) -> Turn:
-        return await self._turn(
-            self.hl,
-            self.hl_tokenizer,
-            text,
-            s.hl_max_tokens,
-            s.hl_temperature,
-            s.max_prompt_tokens,
-            what,
-            request_id,
-            shortened,
-        )
-
-    async def solve(self, problem: str, s: EpisodeSettings, request_id: str) -> Turn:
+    async def solve(self, task: Task, s: EpisodeSettings, request_id: str) -> Turn:
         """Turn 1: the solver's attempt."""
-        return await self._ll(self.prompts.solve(problem), s, "turn-1 (solve)", request_id, False)
+        prompt = self.prompts.solve(task, self.ll_tokenizer, s.max_prompt_tokens)
+        return await self._generate("ll", prompt, s, request_id)
 
-    async def feedback_and_refine(self, problem: str, attempt: Turn, s: EpisodeSettings, rid: str) -> Refinement:
-        """One HL feedback on `attempt`, then the LL refinement that reads it."""
-        text, cut = self.prompts.feedback(problem, attempt.text)
-        feedback = await self._hl(text, s, "turn-2 (feedback)", f"{rid}/t2", cut)
-        text, cut = self.prompts.refine(problem, attempt.text, feedback.text)
-        refinement = await self._ll(text, s, "turn-3 (refine)", f"{rid}/t3", cut)
+    async def execution_result(self, task: Task, attempt: Turn) -> str:
+        """Code tasks: ``attempt`` run against the task's tests in the sandbox (in a thread: the episodes of other
+        problems go on generating meanwhile), as the feedback writer reads it; math tasks: ``""``."""
+        if task.kind != "code":
+            return ""
+        from agent_system.rewards.code_reward import execution_result
+
+        limits = self.sandbox_limits
+        return await asyncio.to_thread(execution_result, attempt.text, task.ground_truth, task.extra_info, limits)
+
+    async def feedback_and_refine(
+        self, task: Task, attempt: Turn, execution: str, s: EpisodeSettings, rid: str
+    ) -> Refinement:
+        """One HL feedback on `attempt` (with its `execution` result for code), then the LL refinement that reads it."""
+        prompt = self.prompts.feedback(task, attempt.text, execution, self.hl_tokenizer, s.max_prompt_tokens)
+        feedback = await self._generate("hl", prompt, s, f"{rid}/t2")
+        prompt = self.prompts.refine(task, attempt.text, feedback.text, self.ll_tokenizer, s.max_prompt_tokens)
+        refinement = await self._generate("ll", prompt, s, f"{rid}/t3")
         return Refinement(feedback, refinement)
 
-    async def refine_without_feedback(self, problem: str, attempt: Turn, s: EpisodeSettings, rid: str) -> Turn:
+    async def refine_without_feedback(self, task: Task, attempt: Turn, s: EpisodeSettings, rid: str) -> Turn:
         """The solver refines `attempt` under the fixed self-correction instruction (no feedback writer)."""
-        text, cut = self.prompts.refine(problem, attempt.text, None)
-        return await self._ll(text, s, "turn-3 (no feedback)", rid, cut)
+        prompt = self.prompts.refine(task, attempt.text, None, self.ll_tokenizer, s.max_prompt_tokens)
+        return await self._generate("ll", prompt, s, rid)
 
-    async def _attempt(self, index: int, problem: str, j: int, s: EpisodeSettings) -> Attempt:
+    async def _attempt(self, index: int, task: Task, j: int, s: EpisodeSettings) -> Attempt:
         rid = f"p{index}/a{j}"
-        attempt = await self.solve(problem, s, f"{rid}/t1")
+        attempt = await self.solve(task, s, f"{rid}/t1")
         if s.feedback == "none":
             return Attempt(attempt)
         if s.feedback == "self":
-            jobs = [self.refine_without_feedback(problem, attempt, s, f"{rid}/s{k}") for k in range(s.m)]
+            jobs = [self.refine_without_feedback(task, attempt, s, f"{rid}/s{k}") for k in range(s.m)]
             return Attempt(attempt, [Refinement(None, turn) for turn in await asyncio.gather(*jobs)])
-        jobs = [self.feedback_and_refine(problem, attempt, s, f"{rid}/f{k}") for k in range(s.m)]
+        execution = await self.execution_result(task, attempt)  # once for the m feedbacks
+        jobs = [self.feedback_and_refine(task, attempt, execution, s, f"{rid}/f{k}") for k in range(s.m)]
         if s.with_reference_refinement:
-            jobs.append(self.refine_without_feedback(problem, attempt, s, f"{rid}/ref"))
+            jobs.append(self.refine_without_feedback(task, attempt, s, f"{rid}/ref"))
         results = await asyncio.gather(*jobs)
         reference = results[s.m] if s.with_reference_refinement else None
-        return Attempt(attempt, list(results[: s.m]), reference)
+        return Attempt(attempt, list(results[: s.m]), reference, execution)
 
-    async def run(self, problems: list[str], settings: EpisodeSettings) -> list[Episode]:
-        """All episodes of the batch; each problem gets ``n`` attempts, each attempt ``m`` feedback/refinements
+    async def run(self, tasks: list[Task], settings: EpisodeSettings) -> list[Episode]:
+        """All episodes of the batch; each task gets ``n`` attempts, each attempt ``m`` feedback/refinements
         (``m`` self-corrections with ``feedback="self"``, none with ``feedback="none"``)."""
 
-        async def episode(i: int, problem: str) -> Episode:
-            attempts = await asyncio.gather(*[self._attempt(i, problem, j, settings) for j in range(settings.n)])
-            return Episode(i, problem, list(attempts))
+        async def episode(i: int, task: Task) -> Episode:
+            attempts = await asyncio.gather(*[self._attempt(i, task, j, settings) for j in range(settings.n)])
+            return Episode(i, task, list(attempts))
 
-        return list(await asyncio.gather(*[episode(i, p) for i, p in enumerate(problems)]))
+        return list(await asyncio.gather(*[episode(i, task) for i, task in enumerate(tasks)]))

@@ -1,19 +1,36 @@
-"""Prompt templates of the three MLMT turns (one place; override any of them with ``mlmt.prompts.overrides.<name>``).
+"""Prompt templates of the three MLMT turns, chosen by the row's data source, with quotes shortened to fit the budget.
 
-* ``solve`` (turn 1, LL): step-by-step work and a final ``\\boxed{}`` answer.
-* ``feedback`` (turn 2, HL): a tutor names mistakes and gives hints, does not solve; never sees the ground truth.
-* ``refine`` (turn 3, LL): problem + attempt + feedback, asks for a corrected solution.
-* ``refine_no_feedback``: the turn-3 prompt with no feedback (reference refinement of the contrastive HL reward).
+Two families, selected by the row's ``data_source`` (:func:`agent_system.rewards.scoring.task_kind`):
 
-Each is a single user message, wrapped by the receiving model's own chat template. Over-long quoted attempts and
-feedback are shortened in the middle (never right-truncated, so the instruction at the end survives) and counted.
+* math (``math``, ``math500``, ``gsm8k``, ``arith``): ``solve`` (turn 1: step-by-step work and a final ``\\boxed{}``),
+  ``feedback`` (turn 2: a math tutor names mistakes and gives hints, does not solve), ``refine`` (turn 3: problem +
+  attempt + feedback) and ``refine_no_feedback`` (turn 3 without feedback: the reference refinement of the
+  contrastive HL reward and of the confidence term).
+* code (``mbpp``): ``code_solve`` (a Python function in one fenced ```python block), ``code_feedback`` (a programming
+  mentor gives guidance and no code, reading the attempt's execution result: how many tests passed and the first
+  failing test or the error, from the project's sandbox, as the original did, MLMT_SPEC §1.3), ``code_refine`` and
+  ``code_refine_no_feedback``. Which tests the solver sees is the data's choice: an MBPP row's problem shows its
+  first test as an example of the function's name and signature (``agent_system.data.sources``).
+
+The HL never sees the ground truth. Override any template with ``mlmt.prompts.overrides.<name>``; an override may
+use the placeholders of the template it replaces (:data:`FIELDS`).
+
+Each prompt is a single user message wrapped by the receiving model's chat template, and it must fit in the prompt
+budget (``data.max_prompt_length`` tokens). Quoted texts (the attempt, the feedback, the execution result) that do
+not fit are shortened by tokens of the receiving model's tokenizer: their head and tail are kept around an elision
+marker, never right-truncated, so the instruction after them survives. The room left by the template and the problem
+is shared evenly among the quotes, a short quote leaving what it does not need to the others. A start-up check
+(:meth:`PromptBuilder.largest_prompt`) makes sure the budget holds every problem with its templates and at least
+``min_quote_tokens`` tokens of each quote.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import string
+from dataclasses import dataclass, field
+from typing import Any
 
-TEMPLATES = {
+MATH_TEMPLATES = {
     "solve": (
         "Solve the following problem. Think step by step, then give the final answer on its own line as "
         "\\boxed{{answer}}.\n\nProblem: {problem}"
@@ -34,56 +51,257 @@ TEMPLATES = {
         "own line as \\boxed{{answer}}."
     ),
 }
-ELISION = "\n[... {n} characters omitted ...]\n"
+CODE_TEMPLATES = {
+    "code_solve": (
+        "You are an expert Python programmer. Write a Python function for the task below. Reply with the complete "
+        "function, and any imports it needs, in a single ```python code block.\n\nTask: {problem}"
+    ),
+    "code_feedback": (
+        "You are an expert programming mentor. A student wrote the code below for the task, and it was run against "
+        "the task's tests. Using the execution result, explain what is wrong and give one short guiding instruction "
+        "to fix it. Do not write any code and do not give the corrected program.\n\nTask: {problem}\n\n"
+        "Student's code:\n{attempt}\n\nExecution result:\n{execution}\n\nFeedback:"
+    ),
+    "code_refine": (
+        "Task: {problem}\n\nYour previous code:\n{attempt}\n\nFeedback from a mentor:\n{feedback}\n\n"
+        "Use the feedback to fix your code. Reply with the complete corrected function in a single ```python code "
+        "block."
+    ),
+    "code_refine_no_feedback": (
+        "Task: {problem}\n\nYour previous code:\n{attempt}\n\n"
+        "Check your code for mistakes and fix them. Reply with the complete corrected function in a single "
+        "```python code block."
+    ),
+}
+TEMPLATES = {**MATH_TEMPLATES, **CODE_TEMPLATES}
+TURNS = ("solve", "feedback", "refine", "refine_no_feedback")
+LEVEL_OF_TURN = {"solve": "ll", "feedback": "hl", "refine": "ll", "refine_no_feedback": "ll"}  # who reads the prompt
+QUOTES = ("attempt", "feedback", "execution")  # the texts that are shortened to fit the budget
+FIELDS = {  # the placeholders each template (and its override) may use
+    "solve": {"problem"},
+    "feedback": {"problem", "attempt"},
+    "refine": {"problem", "attempt", "feedback"},
+    "refine_no_feedback": {"problem", "attempt"},
+    "code_solve": {"problem"},
+    "code_feedback": {"problem", "attempt", "execution"},
+    "code_refine": {"problem", "attempt", "feedback"},
+    "code_refine_no_feedback": {"problem", "attempt"},
+}
+ELISION = "\n[... {n} tokens omitted ...]\n"
+KINDS = ("math", "code")
 
 
-@dataclass
+def template_fields(template: str) -> set[str]:
+    """The placeholder names of a template (``{{`` escapes excluded; a positional ``{}`` gives ``""``)."""
+    return {name for _, name, _, _ in string.Formatter().parse(template) if name is not None}
+
+
+def override_errors(overrides: dict[str, str]) -> list[str]:
+    """What is wrong with ``mlmt.prompts.overrides`` (unknown names, placeholders the template does not have)."""
+    errors = []
+    for name, text in overrides.items():
+        if name not in TEMPLATES:
+            errors.append(f"mlmt.prompts.overrides.{name}: unknown template; known: {sorted(TEMPLATES)}")
+            continue
+        try:
+            unknown = template_fields(text) - FIELDS[name]
+        except ValueError as error:  # an unmatched brace
+            errors.append(f"mlmt.prompts.overrides.{name}: not a format string ({error}); write a brace as {{{{")
+            continue
+        if unknown:
+            errors.append(
+                f"mlmt.prompts.overrides.{name} uses {sorted(unknown)}; it may use {sorted(FIELDS[name])} (write a "
+                "literal brace as {{ or }})"
+            )
+    return errors
+
+
+@dataclass(frozen=True)
+class Task:
+    """A dataset row as the episode needs it: the problem text, its kind (which selects the templates) and what
+    grades it (the code path runs the attempt against ``ground_truth``'s tests for the feedback writer)."""
+
+    problem: str
+    kind: str  # "math" | "code"
+    ground_truth: Any = None
+    extra_info: dict = field(default_factory=dict)
+
+    @classmethod
+    def from_row(cls, row: dict) -> Task:
+        """From a verl-schema row (``data_source``, ``prompt``, ``reward_model``, ``extra_info``).
+
+        Raises:
+            ValueError: A missing field, or an unknown ``data_source`` (the message lists the supported ones).
+        """
+        from agent_system.rewards.scoring import task_kind
+
+        try:
+            problem = row["prompt"][0]["content"]
+            kind = task_kind(row["data_source"])
+            ground_truth = row["reward_model"]["ground_truth"]
+        except (KeyError, IndexError, TypeError) as error:
+            raise ValueError(
+                f"row {sorted(row) if isinstance(row, dict) else row!r}: needs data_source, prompt[0].content and "
+                f"reward_model.ground_truth (missing {error})"
+            ) from None
+        return cls(problem, kind, ground_truth, dict(row.get("extra_info") or {}))
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """One turn's prompt: the user message and the chat-templated token ids the model reads."""
+
+    text: str
+    ids: list[int]
+    omitted_tokens: int = 0  # tokens elided from its quotes to fit the budget
+
+    @property
+    def shortened(self) -> bool:
+        return self.omitted_tokens > 0
+
+
+class PromptTooLongError(ValueError):
+    """A turn prompt does not fit in the prompt budget even with its quotes elided."""
+
+
+def chat_ids(tokenizer: Any, text: str) -> list[int]:
+    """The token ids of ``text`` as a single user message under the tokenizer's chat template, generation cue added."""
+    encoded = tokenizer.apply_chat_template(
+        [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True, return_dict=True
+    )
+    return list(encoded["input_ids"])
+
+
+def share_tokens(lengths: dict[str, int], room: int) -> dict[str, int]:
+    """Split ``room`` tokens among quotes of ``lengths`` tokens: an equal share each, what a quote shorter than its
+    share does not need going to the longer ones. Returns the tokens each quote keeps."""
+    keep, left = {}, room
+    order = sorted(lengths, key=lengths.__getitem__)
+    for position, name in enumerate(order):
+        keep[name] = min(lengths[name], left // (len(order) - position))
+        left -= keep[name]
+    return keep
+
+
+def elide(tokenizer: Any, ids: list[int], keep: int) -> str:
+    """The text of ``ids`` with only its first ``ceil(keep/2)`` and last ``floor(keep/2)`` tokens, joined by a marker
+    that says how many were left out (the final answer of an attempt is usually at its end)."""
+    head = (keep + 1) // 2
+    tail = keep - head
+    omitted = ELISION.format(n=len(ids) - keep)
+    return tokenizer.decode(ids[:head]) + omitted + (tokenizer.decode(ids[len(ids) - tail :]) if tail else "")
+
+
 class PromptBuilder:
-    """Builds turn prompts from the templates, with optional overrides and a character budget for quotes."""
+    """Builds each turn's prompt for the receiving model's tokenizer within the prompt budget.
 
-    overrides: dict
-    max_quote_chars: int
+    Args:
+        overrides: Replacement templates by name (``mlmt.prompts.overrides``).
+        min_quote_tokens: Tokens of each quote the budget must leave room for (checked by :meth:`largest_prompt`).
+    """
+
+    def __init__(self, overrides: dict[str, str] | None = None, min_quote_tokens: int = 64) -> None:
+        self.overrides = dict(overrides or {})
+        errors = override_errors(self.overrides)
+        if errors:
+            raise ValueError("; ".join(errors))
+        if min_quote_tokens < 1:
+            raise ValueError(f"min_quote_tokens={min_quote_tokens}: use at least 1")
+        self.min_quote_tokens = min_quote_tokens
 
     def template(self, name: str) -> str:
         if name not in TEMPLATES:
             raise KeyError(f"unknown prompt template {name!r}; known: {sorted(TEMPLATES)}")
         return self.overrides.get(name) or TEMPLATES[name]
 
-    def shorten(self, text: str) -> tuple[str, bool]:
-        """Keep the head and the tail of an over-long quote (the final answer is usually at the end)."""
-        if len(text) <= self.max_quote_chars:
-            return text, False
-        keep = max(self.max_quote_chars // 2, 1)
-        omitted = len(text) - 2 * keep
-        return text[:keep] + ELISION.format(n=omitted) + text[len(text) - keep :], True
+    @staticmethod
+    def name(turn: str, kind: str) -> str:
+        """The template of ``turn`` (one of :data:`TURNS`) for a task of ``kind`` (math or code)."""
+        if turn not in TURNS or kind not in KINDS:
+            raise ValueError(f"no template for turn {turn!r} of a {kind!r} task; turns {TURNS}, kinds {KINDS}")
+        return turn if kind == "math" else f"{kind}_{turn}"
 
-    def solve(self, problem: str) -> str:
-        return self.template("solve").format(problem=problem)
+    def solve(self, task: Task, tokenizer: Any, budget: int) -> Prompt:
+        """Turn 1 (LL)."""
+        return self.build(self.name("solve", task.kind), tokenizer, budget, task.problem, {})
 
-    def feedback(self, problem: str, attempt: str) -> tuple[str, bool]:
-        attempt, shortened = self.shorten(attempt)
-        return self.template("feedback").format(problem=problem, attempt=attempt), shortened
+    def feedback(self, task: Task, attempt: str, execution: str, tokenizer: Any, budget: int) -> Prompt:
+        """Turn 2 (HL): the problem, the attempt and, for code, its execution result."""
+        quotes = {"attempt": attempt, "execution": execution}
+        return self.build(self.name("feedback", task.kind), tokenizer, budget, task.problem, quotes)
 
-    def refine(self, problem: str, attempt: str, feedback: str | None) -> tuple[str, bool]:
-        attempt, cut_a = self.shorten(attempt)
+    def refine(self, task: Task, attempt: str, feedback: str | None, tokenizer: Any, budget: int) -> Prompt:
+        """Turn 3 (LL): the problem, the attempt and the feedback; ``feedback=None``: the no-feedback refinement."""
         if feedback is None:
-            return self.template("refine_no_feedback").format(problem=problem, attempt=attempt), cut_a
-        feedback, cut_f = self.shorten(feedback)
-        return self.template("refine").format(problem=problem, attempt=attempt, feedback=feedback), cut_a or cut_f
+            name = self.name("refine_no_feedback", task.kind)
+            return self.build(name, tokenizer, budget, task.problem, {"attempt": attempt})
+        quotes = {"attempt": attempt, "feedback": feedback}
+        return self.build(self.name("refine", task.kind), tokenizer, budget, task.problem, quotes)
 
+    def build(self, name: str, tokenizer: Any, budget: int, problem: str, quotes: dict[str, str]) -> Prompt:
+        """Template ``name`` with ``problem`` and ``quotes``, the quotes shortened by tokens until it fits ``budget``.
 
-def encode_prompt(tokenizer, text: str, max_tokens: int, what: str) -> list[int]:
-    """Chat-template one user message and tokenize it; a prompt over budget is an error, never right-truncated."""
-    ids = tokenizer.apply_chat_template(
-        [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True, return_dict=True
-    )["input_ids"]
-    if len(ids) > max_tokens:
+        Raises:
+            PromptTooLongError: The template and the problem alone exceed the budget.
+        """
+        template = self.template(name)
+        used = template_fields(template)
+        quotes = {key: value for key, value in quotes.items() if key in used}
+
+        def render(values: dict[str, str]) -> str:
+            return template.format(problem=problem, **values)
+
+        text = render(quotes)
+        ids = chat_ids(tokenizer, text)
+        if len(ids) <= budget:
+            return Prompt(text, ids)
+        quote_ids = {key: tokenizer.encode(value, add_special_tokens=False) for key, value in quotes.items()}
+        lengths = {key: len(value) for key, value in quote_ids.items()}
+        marker = ELISION.format(n=max(lengths.values(), default=0))
+        floor = len(chat_ids(tokenizer, render({key: marker for key in quotes}))) if quotes else len(ids)
+        room = budget - floor
+        while quotes and room >= 0:
+            keep = share_tokens(lengths, room)
+            cut = [key for key in quotes if keep[key] < lengths[key]]
+            text = render({k: elide(tokenizer, quote_ids[k], keep[k]) if k in cut else quotes[k] for k in quotes})
+            ids = chat_ids(tokenizer, text)
+            if len(ids) <= budget:
+                return Prompt(text, ids, sum(lengths[key] - keep[key] for key in cut))
+            room -= len(ids) - budget  # re-tokenising at the cut points can cost a few more tokens
         raise PromptTooLongError(
-            f"{what} prompt has {len(ids)} tokens, over data.max_prompt_length={max_tokens}; raise it or lower "
-            "mlmt.prompts.max_attempt_chars (quoted attempts/feedback are shortened to that many characters)"
+            f"the {name} prompt needs {floor} tokens{' with its quotes elided' if quotes else ''}, over "
+            f"data.max_prompt_length={budget}: the template and the problem alone do not fit; raise "
+            f"data.max_prompt_length or shorten the template (mlmt.prompts.overrides.{name})"
         )
-    return list(ids)
 
+    def required_tokens(self, name: str, tokenizer: Any, problem: str) -> int:
+        """Tokens template ``name`` needs for ``problem`` with each of its quotes shortened to ``min_quote_tokens``."""
+        template = self.template(name)
+        quotes = [key for key in QUOTES if key in template_fields(template)]
+        marker = ELISION.format(n=99999)
+        fixed = len(chat_ids(tokenizer, template.format(problem=problem, **{key: marker for key in quotes})))
+        return fixed + len(quotes) * self.min_quote_tokens
 
-class PromptTooLongError(ValueError):
-    """A turn prompt does not fit in the prompt budget even after shortening its quotes."""
+    def largest_prompt(
+        self, tasks: list[Task], tokenizers: dict[str, Any], candidates: int = 8
+    ) -> tuple[int, str, int]:
+        """The largest prompt any of ``tasks`` needs (:meth:`required_tokens`): ``(tokens, template name, index)``.
+
+        ``tokenizers`` maps a level (``ll``, ``hl``) to its tokenizer; each template is measured with the tokenizer of
+        the model that reads it. Only the ``candidates`` longest problems of each kind (by their own token count) are
+        rendered: a template adds the same text to every problem.
+        """
+        worst = (0, "", -1)
+        for kind in KINDS:
+            indices = [i for i, task in enumerate(tasks) if task.kind == kind]
+            if not indices:
+                continue
+            for level, tokenizer in tokenizers.items():
+                lengths = tokenizer([tasks[i].problem for i in indices], add_special_tokens=False)["input_ids"]
+                longest = sorted(range(len(indices)), key=lambda j: len(lengths[j]), reverse=True)[:candidates]
+                for turn in (t for t in TURNS if LEVEL_OF_TURN[t] == level):
+                    name = self.name(turn, kind)
+                    for j in longest:
+                        tokens = self.required_tokens(name, tokenizer, tasks[indices[j]].problem)
+                        worst = max(worst, (tokens, name, indices[j]))
+        return worst

@@ -83,3 +83,28 @@ def score_code(
         "pass_rate": result.pass_rate,
         "first_failure": result.first_failure or "",
     }
+
+
+def execution_result(
+    solution_str: str,
+    ground_truth: str | list,
+    extra_info: dict | None = None,
+    limits: SandboxLimits | None = None,
+) -> str:
+    """What a code reviewer reads about a response: the response run against its tests, as :func:`score_code` runs it.
+
+    Args:
+        solution_str: The model response.
+        ground_truth: The assert statements, a list or its JSON string.
+        extra_info: As for :func:`score_code`.
+        limits: Sandbox limits (default :class:`SandboxLimits`).
+
+    Returns:
+        ``"All 3 tests passed."``, or ``"1 of 3 tests passed. First failure: <the failing assert or the error>"``.
+    """
+    count = len(parse_tests(ground_truth))
+    result = score_code(solution_str, ground_truth, extra_info, limits)
+    if result["acc"]:
+        return f"All {count} tests passed."
+    passed = round(result["pass_rate"] * count)
+    return f"{passed} of {count} tests passed. First failure: {result['first_failure'] or result['error']}"

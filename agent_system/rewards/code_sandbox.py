@@ -64,6 +64,11 @@ class SandboxLimits:
     max_file_mb: int = 16
     max_output_bytes: int = 1_000_000
 
+    @classmethod
+    def within(cls, timeout_s: float) -> SandboxLimits:
+        """Limits that end a run inside an outer wall-clock limit of ``timeout_s`` (the reward pool's per item)."""
+        return cls(timeout_s=max(0.5, timeout_s - 1.0), per_test_s=max(0.5, min(6.0, timeout_s - 1.0)))
+
 
 @dataclass
 class SandboxResult:

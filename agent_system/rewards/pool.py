@@ -26,7 +26,7 @@ def _worker_main(conn: Connection, timeout_s: float, judge) -> None:
 
     # keep math-verify's own timeouts and the sandbox inside the parent's wall-clock limit
     inner_s = max(1.0, timeout_s / 3)
-    limits = SandboxLimits(timeout_s=max(0.5, timeout_s - 1.0), per_test_s=max(0.5, min(6.0, timeout_s - 1.0)))
+    limits = SandboxLimits.within(timeout_s)
     conn.send(_READY)
     while True:
         message = conn.recv()

@@ -46,6 +46,15 @@ def canonical_data_source(data_source: str) -> str:
     return name
 
 
+def task_kind(data_source: str) -> str:
+    """``math`` or ``code``: which prompts (``agent_system.prompts``) and which grader a data source uses.
+
+    Raises:
+        ValueError: For an unknown data source (the message lists the supported names).
+    """
+    return _KINDS[canonical_data_source(data_source)][0]
+
+
 def _math_gold(name: str, ground_truth) -> str:
     gold = str(ground_truth)
     if name == "gsm8k" and "####" in gold:

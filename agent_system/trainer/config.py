@@ -99,13 +99,13 @@ def validate_config(config: DictConfig) -> None:
         raise ConfigError("mlmt.ll.turn3_group_by=attempt groups the m refinements of one attempt: set mlmt.m >= 2")
     if mlmt.reward.hl_reward not in HL_REWARDS:
         raise ConfigError(f"mlmt.reward.hl_reward={mlmt.reward.hl_reward!r}: choose one of {HL_REWARDS}")
-    from agent_system.prompts.templates import TEMPLATES
+    from agent_system.prompts.templates import override_errors
 
-    unknown = set(mlmt.prompts.overrides) - set(TEMPLATES)
-    if unknown:
-        raise ConfigError(f"mlmt.prompts.overrides: unknown template(s) {sorted(unknown)}; known: {sorted(TEMPLATES)}")
-    if mlmt.prompts.max_attempt_chars < 200:
-        raise ConfigError(f"mlmt.prompts.max_attempt_chars={mlmt.prompts.max_attempt_chars}: use at least 200")
+    errors = override_errors(dict(mlmt.prompts.overrides))
+    if errors:
+        raise ConfigError("; ".join(errors))
+    if mlmt.prompts.min_quote_tokens < 1:
+        raise ConfigError(f"mlmt.prompts.min_quote_tokens={mlmt.prompts.min_quote_tokens}: use at least 1")
     if mlmt.reward.contrastive_reference not in CONTRASTIVE_REFERENCES:
         raise ConfigError(
             f"mlmt.reward.contrastive_reference={mlmt.reward.contrastive_reference!r}: choose one of "

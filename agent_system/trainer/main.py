@@ -104,6 +104,36 @@ def check_reference_solutions(frame: pd.DataFrame, path) -> None:
             )
 
 
+def check_prompt_budget(config: DictConfig, prompts, tokenizers: dict, frames: dict[str, pd.DataFrame | None]) -> None:
+    """The prompt budget must hold every problem's largest turn prompt with each quote at its minimal allowance.
+
+    Quoted attempts and feedback are shortened to fit ``data.max_prompt_length`` at run time; what cannot be shortened
+    is the problem and the template, so the longest problems of ``frames`` (``{config key: frame}``) are checked here,
+    with each quote at ``mlmt.prompts.min_quote_tokens`` tokens, before any model starts.
+
+    Raises:
+        ConfigError: The budget is too small; the message names the keys and the row.
+    """
+    from agent_system.prompts.templates import Task
+    from agent_system.trainer.config import ConfigError
+
+    budget = config.data.max_prompt_length
+    for key, frame in frames.items():
+        if frame is None:
+            continue
+        tasks = [Task.from_row(row) for row in frame.to_dict("records")]
+        tokens, name, index = prompts.largest_prompt(tasks, tokenizers)
+        if tokens > budget:
+            raise ConfigError(
+                f"data.max_prompt_length={budget} cannot hold the {name} prompt of row {index} of {key}: it needs "
+                f"{tokens} tokens with each quoted text (attempt, feedback, execution result) shortened to "
+                f"mlmt.prompts.min_quote_tokens={prompts.min_quote_tokens}. Raise data.max_prompt_length to at least "
+                f"{tokens}, lower mlmt.prompts.min_quote_tokens, shorten the template (mlmt.prompts.overrides.{name}) "
+                f"or leave the longest problems out of {key}"
+            )
+        logger.info("prompt budget: the largest %s prompt of %s needs %d of %d tokens", name, key, tokens, budget)
+
+
 def build_trainer(config: DictConfig):
     """Start both policy groups and return an :class:`MLMTTrainer` (Ray must be initialised)."""
     from transformers import AutoTokenizer
@@ -111,6 +141,7 @@ def build_trainer(config: DictConfig):
     from agent_system.multi_turn_rollout.episode import EpisodeRunner
     from agent_system.prompts.templates import PromptBuilder
     from agent_system.rewards import RewardPool
+    from agent_system.rewards.code_sandbox import SandboxLimits
     from agent_system.trainer.config import has_hl
     from agent_system.trainer.mlmt_trainer import MLMTTrainer
     from agent_system.trainer.placement import build_workers
@@ -119,8 +150,12 @@ def build_trainer(config: DictConfig):
     train_frame, val_frame = _read_frame(config.data.train_files), _read_frame(config.data.val_files)
     if config.mlmt.reward.confidence_lambda > 0:
         check_reference_solutions(train_frame, config.data.train_files)
-    levels = ("ll", "hl") if has_hl(config) else ("ll",)
-    critic_levels = tuple(level for level in levels if config.mlmt[level].adv_estimator == "gae")
+    tokenizers = {"ll": AutoTokenizer.from_pretrained(config.actor_rollout_ref.model.path)}
+    if has_hl(config):  # mlmt.feedback=self|none: the solver alone
+        tokenizers["hl"] = AutoTokenizer.from_pretrained(config.hl.model.path)
+    prompts = PromptBuilder(dict(config.mlmt.prompts.overrides), config.mlmt.prompts.min_quote_tokens)
+    check_prompt_budget(config, prompts, tokenizers, {"data.train_files": train_frame, "data.val_files": val_frame})
+    critic_levels = tuple(level for level in tokenizers if config.mlmt[level].adv_estimator == "gae")
     groups, critics = build_workers(config, use_ref, critic_levels)
     for group in groups.values():
         group.init()
@@ -133,13 +168,9 @@ def build_trainer(config: DictConfig):
 
         snapshot = LaggedSnapshot(config)
         snapshot.init()
-    tokenizers = {"ll": AutoTokenizer.from_pretrained(config.actor_rollout_ref.model.path)}
-    if has_hl(config):
-        tokenizers["hl"] = AutoTokenizer.from_pretrained(config.hl.model.path)
-    prompts = PromptBuilder(dict(config.mlmt.prompts.overrides), config.mlmt.prompts.max_attempt_chars)
-    runner = EpisodeRunner(
-        groups["ll"], groups.get("hl"), tokenizers["ll"], tokenizers.get("hl", tokenizers["ll"]), prompts
-    )
+    limits = SandboxLimits.within(config.mlmt.reward.timeout_s)  # the code attempts' runs for the feedback writer
+    hl_tokenizer = tokenizers.get("hl", tokenizers["ll"])
+    runner = EpisodeRunner(groups["ll"], groups.get("hl"), tokenizers["ll"], hl_tokenizer, prompts, limits)
     pool = RewardPool(config.mlmt.reward.num_workers, config.mlmt.reward.timeout_s)
     return MLMTTrainer(
         config,

@@ -11,10 +11,13 @@ logger = logging.getLogger(__name__)
 
 
 def episode_metrics(episodes, scores: dict[str, np.ndarray], prefix: str) -> dict[str, float]:
-    """acc@t1, acc@t3, Δ(t1,t3), Δi→c, Δc→i, lengths and truncation counts of a batch of episodes.
+    """acc@t1, acc@t3, Δ(t1,t3), Δi→c, Δc→i, lengths, truncation and prompt-shortening counts of a batch.
 
-    Without feedback turns (``mlmt.feedback=self``) the HL length is absent; without refinements
-    (``mlmt.feedback=none``) so are the turn-3 metrics."""
+    ``shortened_prompts`` counts the turn-2/3 prompts whose quotes (attempt, feedback, execution result) were shortened
+    to fit ``data.max_prompt_length``; ``omitted_quote_tokens`` is the number of tokens they left out. Without feedback
+    turns (``mlmt.feedback=self``) the HL length is absent; without refinements (``mlmt.feedback=none``) so are the
+    turn-3 metrics.
+    """
     r1, r3 = scores["r1"], scores["r3"]  # (B, n), (B, n, m)
     attempts = [a for e in episodes for a in e.attempts]
     feedbacks = [r.feedback for a in attempts for r in a.refinements if r.feedback is not None]
@@ -25,6 +28,7 @@ def episode_metrics(episodes, scores: dict[str, np.ndarray], prefix: str) -> dic
         "ll_attempt_length": float(np.mean([len(a.attempt.response_ids) for a in attempts])),
         "truncated_turns": float(sum(t.truncated for t in turns)),
         "shortened_prompts": float(sum(t.shortened for t in turns)),
+        "omitted_quote_tokens": float(sum(t.prompt.omitted_tokens for t in turns)),
         "generated_tokens": float(sum(len(t.response_ids) for t in turns)),
     }
     if r3.size:
@@ -49,32 +53,42 @@ def episode_metrics(episodes, scores: dict[str, np.ndarray], prefix: str) -> dic
 
 def trajectory_records(problems, episodes, scores) -> list[dict]:
     """One JSON-able record per (attempt, feedback) pair: problem, attempt, feedback, refinement, R1, R3 (and R_ref
-    with the contrastive HL reward). Self-correction records have feedback null; single-turn records (no
-    refinement) hold the problem, the attempt and R1."""
+    with the contrastive HL reward), the three prompts as the models read them (``prompts``: solve, feedback, refine;
+    quotes shortened to the budget show an elision marker), and for code tasks the ``execution_result`` of the attempt
+    that the feedback prompt quotes. Self-correction records have feedback null; single-turn records (no refinement)
+    hold the problem, the attempt and R1."""
     records = []
     for row, episode in zip(problems, episodes, strict=True):
         for j, attempt in enumerate(episode.attempts):
             if not attempt.refinements:
                 records.append(
                     {
-                        "problem": episode.problem,
+                        "problem": episode.task.problem,
                         "ground_truth": str(row["reward_model"]["ground_truth"]),
                         "attempt": attempt.attempt.text,
                         "R1": float(scores["r1"][episode.problem_index, j]),
+                        "prompts": {"solve": attempt.attempt.prompt.text},
                     }
                 )
             for k, refinement in enumerate(attempt.refinements):
                 records.append(
                     {
-                        "problem": episode.problem,
+                        "problem": episode.task.problem,
                         "ground_truth": str(row["reward_model"]["ground_truth"]),
                         "attempt": attempt.attempt.text,
                         "feedback": refinement.feedback.text if refinement.feedback is not None else None,
                         "refinement": refinement.refinement.text,
                         "R1": float(scores["r1"][episode.problem_index, j]),
                         "R3": float(scores["r3"][episode.problem_index, j, k]),
+                        "prompts": {
+                            "solve": attempt.attempt.prompt.text,
+                            "feedback": refinement.feedback.prompt.text if refinement.feedback is not None else None,
+                            "refine": refinement.refinement.prompt.text,
+                        },
                     }
                 )
+                if episode.task.kind == "code":
+                    records[-1]["execution_result"] = attempt.execution
                 if "r_ref" in scores:
                     r_ref = scores["r_ref"]
                     at = (episode.problem_index, j, k) if r_ref.ndim == 3 else (episode.problem_index, j)

@@ -31,6 +31,7 @@ from verl import DataProto
 from agent_system import verl_compat as vc
 from agent_system.multi_turn_rollout.batch import build_rows, padding_id
 from agent_system.multi_turn_rollout.episode import Episode, EpisodeRunner, EpisodeSettings
+from agent_system.prompts.templates import Task
 from agent_system.trainer import advantages as adv
 from agent_system.trainer import state as st
 from agent_system.trainer.metrics import episode_metrics, plot_history, trajectory_records
@@ -160,11 +161,11 @@ class MLMTTrainer:
             with_reference_refinement=not validate and self._contrastive("no_feedback"),
             feedback=self.mlmt.feedback,
         )
-        texts = [row["prompt"][0]["content"] for row in problems]
+        tasks = [Task.from_row(row) for row in problems]
         for group in self.groups.values():
             group.wake_up(self.global_step)
         try:
-            return asyncio.run(self.runner.run(texts, settings))
+            return asyncio.run(self.runner.run(tasks, settings))
         finally:
             for group in self.groups.values():
                 group.sleep()
@@ -324,8 +325,6 @@ class MLMTTrainer:
         The prompt with feedback is the turn-3 prompt the LL already saw; the one without feedback and the tokenized
         reference are built once per attempt and per problem. Both sets are scored in one ``compute_log_prob``.
         """
-        from agent_system.prompts.templates import encode_prompt
-
         tokenizer, prompts = self.tokenizers["ll"], self.runner.prompts
         limit, budget = self.config.data.max_response_length, self.config.data.max_prompt_length
         references, no_feedback = {}, {}
@@ -338,8 +337,7 @@ class MLMTTrainer:
                 if not references[i]:  # checked at data load; never score a placeholder token instead
                     raise ValueError(f"problem {problems[i]['prompt'][0]['content']!r}: empty reference_solution")
             if (i, j) not in no_feedback:
-                text, _ = prompts.refine(episode.problem, attempt.attempt.text, None)
-                no_feedback[i, j] = encode_prompt(tokenizer, text, budget, "confidence (no feedback)")
+                no_feedback[i, j] = prompts.refine(episode.task, attempt.attempt.text, None, tokenizer, budget).ids
             targets.append(references[i])
             with_feedback.append(attempt.refinements[k].refinement.prompt_ids)
             without_feedback.append(no_feedback[i, j])

@@ -25,6 +25,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from agent_system import verl_compat as vc
 from agent_system.cpu_backend.hf_server import stop_tokens
 from agent_system.multi_turn_rollout.episode import Episode, Turn, turn_from_output
+from agent_system.prompts.templates import Prompt
 from agent_system.trainer.policy import PolicyGroup
 
 logger = logging.getLogger(__name__)
@@ -107,13 +108,13 @@ class LaggedSnapshot:
 
         stop_ids = set(stop_tokens(tokenizer.name_or_path, tokenizer)[0])
 
-        async def one(prompt_ids: list[int], request_id: str) -> Turn:
-            output = await self.group.generate(prompt_ids, max_tokens, temperature, request_id)
-            return turn_from_output(prompt_ids, output, tokenizer, max_tokens, stop_ids)
+        async def one(prompt: Prompt, request_id: str) -> Turn:
+            output = await self.group.generate(prompt.ids, max_tokens, temperature, request_id)
+            return turn_from_output(prompt, output, tokenizer, max_tokens, stop_ids)
 
         async def run() -> list[Turn]:
             jobs = [
-                one(r.refinement.prompt_ids, f"snap/s{step}/p{e.problem_index}/a{j}/f{k}")
+                one(r.refinement.prompt, f"snap/s{step}/p{e.problem_index}/a{j}/f{k}")
                 for e in episodes
                 for j, attempt in enumerate(e.attempts)
                 for k, r in enumerate(attempt.refinements)

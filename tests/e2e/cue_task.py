@@ -19,7 +19,7 @@ import random
 import pandas as pd
 import torch
 
-from agent_system.prompts.templates import PromptBuilder, encode_prompt
+from agent_system.prompts.templates import PromptBuilder, Task
 
 PROBLEM, ANSWER = "What is one plus two?", "3"
 RIGHT, WRONG = "The answer is 3", "I do not know"
@@ -37,7 +37,7 @@ def train_cue_solver(path: str, p_right_given_cue: float, steps: int = 250, feed
     rng = random.Random(seed)
     tokenizer = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
-    prompts = PromptBuilder({}, 4000)
+    prompts, task = PromptBuilder(), Task(PROBLEM, "math", ANSWER)
     special = set(tokenizer.all_special_ids)
     vocab = [i for i in range(len(tokenizer)) if i not in special]
     digit = [i for i in vocab if has_cue(tokenizer.decode([i]))]
@@ -45,13 +45,13 @@ def train_cue_solver(path: str, p_right_given_cue: float, steps: int = 250, feed
 
     def example() -> tuple[list[int], str]:
         if rng.random() < 0.1:
-            return encode_prompt(tokenizer, prompts.solve(PROBLEM), 512, "solve"), WRONG
+            return prompts.solve(task, tokenizer, 512).ids, WRONG
         ids = [rng.choice(plain) for _ in range(rng.randint(0, feedback_tokens))]
         if rng.random() < 0.5:
             ids = ids[: feedback_tokens - 1]
             ids.insert(rng.randint(0, len(ids)), rng.choice(digit))
         feedback = tokenizer.decode(ids, skip_special_tokens=True)
-        prompt = encode_prompt(tokenizer, prompts.refine(PROBLEM, WRONG, feedback)[0], 512, "refine")
+        prompt = prompts.refine(task, WRONG, feedback, tokenizer, 512).ids
         right = has_cue(feedback) and rng.random() < p_right_given_cue
         return prompt, RIGHT if right else WRONG
 

@@ -5,10 +5,10 @@ percent of its samples (the arith grader takes the last number of a response), s
 steps. 8 steps with n = 16 attempts ((tH, tL) = (1, 3): 6 LL and 2 HL updates) take the solver's turn-1
 accuracy from about 0.03 at step 1 (the initial weights) to well above 0.5 (measured: 0.30 mean over steps 1-4 and
 0.99 over steps 9-12 in a 12-step run; learning starts at step 2, so only step 1 measures the initial rate). The
-servers' batching makes sampling order-dependent, so the assertion keeps a wide margin: steps 6-8 > step 1 + 0.25. The test fails if the gradient sign, the advantage
-grouping or the weight sync is wrong: with a wrong sign or grouping accuracy does not rise; with a broken sync the
-servers keep sampling from the initial weights (no rise), and the actor/rollout log-prob gap on the sampled tokens
-exposes it directly.
+servers' batching makes sampling order-dependent, so the assertion keeps a wide margin: steps 6-8 > step 1 + 0.25.
+The test fails if the gradient sign, the advantage grouping or the weight sync is wrong: with a wrong sign or
+grouping accuracy does not rise; with a broken sync the servers keep sampling from the initial weights (no rise), and
+the actor/rollout log-prob gap on the sampled tokens exposes it directly.
 """
 
 from __future__ import annotations

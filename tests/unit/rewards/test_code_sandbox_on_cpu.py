@@ -17,7 +17,7 @@ import time
 import pytest
 
 from agent_system.rewards import compute_score
-from agent_system.rewards.code_reward import extract_code
+from agent_system.rewards.code_reward import execution_result, extract_code
 from agent_system.rewards.code_sandbox import SandboxLimits, isolation_mode, run_tests
 
 ROOMY = SandboxLimits(timeout_s=60.0, per_test_s=30.0)  # for programs that finish: never reached, even under load
@@ -228,3 +228,15 @@ def test_extract_code_and_compute_score_mbpp():
     assert partial["score"] == 0.5 and not partial["acc"] and partial["first_failure"].startswith("AssertionError")
     empty = compute_score("mbpp", "", ADD_TESTS)
     assert empty["score"] == 0.0 and empty["error"] == "no code found"
+
+
+def test_execution_result_for_the_feedback_writer():
+    """What the HL reads about a code attempt: the pass count and the first failing test or the error."""
+    tests = json.dumps([*ADD_TESTS, "assert add(0, 0) == 0"])
+    assert execution_result(f"```python\n{GOOD}```", tests, {"entry_point": "add"}, ROOMY) == "All 3 tests passed."
+    wrong = execution_result("def add(a, b):\n    return 3\n", tests, {}, ROOMY)
+    assert wrong.startswith("1 of 3 tests passed. First failure: AssertionError: assert add(2, 2) == 4")
+    assert "left side evaluated to 3" in wrong
+    broken = execution_result("def add(a, b) return a", tests, {}, ROOMY)
+    assert broken.startswith("0 of 3 tests passed. First failure: ") and "SyntaxError" in broken, broken
+    assert execution_result("", tests, {}, ROOMY) == "0 of 3 tests passed. First failure: no code found in the response"

@@ -110,6 +110,7 @@ def test_unknown_level_view_raises(config):
         ({"mlmt.reward.hl_reward": "contrastive", "mlmt.reward.reg_gap": 0}, "mlmt.reward.reg_gap"),
         ({"trainer.total_training_steps": None, "trainer.total_epochs": 0}, "trainer.total_epochs"),
         ({"trainer.resume_mode": "resume_path", "trainer.resume_from_path": None}, "trainer.resume_from_path"),
+        ({"mlmt.prompts.min_quote_tokens": 0}, "mlmt.prompts.min_quote_tokens"),
     ],
 )
 def test_validate_rejects_with_the_key_named(cfg, changes, key):
@@ -206,3 +207,16 @@ def test_acting_combinations_are_accepted(cfg, changes):
     for path, value in changes.items():
         OmegaConf.update(cfg, path, value)
     validate_config(cfg)
+
+
+def test_prompt_overrides_from_the_command_line_are_validated():
+    """``+mlmt.prompts.overrides.<name>='...'`` (the value quoted for Hydra: braces are its dict syntax)."""
+    config = compose_config(["+mlmt.prompts.overrides.code_feedback='Review {attempt} given {execution}: {problem}'"])
+    validate_config(config)
+    assert config.mlmt.prompts.overrides.code_feedback == "Review {attempt} given {execution}: {problem}"
+    for override, key in (
+        ("+mlmt.prompts.overrides.solv='{problem}'", "mlmt.prompts.overrides.solv"),
+        ("+mlmt.prompts.overrides.code_solve='{problem} {tests}'", "mlmt.prompts.overrides.code_solve"),
+    ):
+        with pytest.raises(ConfigError, match=key):
+            validate_config(compose_config([override]))

@@ -14,7 +14,7 @@ from transformers import AutoTokenizer
 
 from agent_system.cpu_backend.hf_server import HFRolloutServer, stop_tokens
 from agent_system.multi_turn_rollout.episode import EpisodeRunner, EpisodeSettings
-from agent_system.prompts.templates import PromptBuilder
+from agent_system.prompts.templates import PromptBuilder, Task
 from agent_system.trainer import advantages as adv
 from agent_system.trainer.advantages import Stage
 from agent_system.trainer.config import ConfigError, compose_config, has_hl, validate_config
@@ -72,7 +72,7 @@ def runner(tiny_models):
         eos, pad = stop_tokens(path, tokenizer)
         server = HFRolloutServer(path, "float32", eos, pad, 1024, 64, {"max_batch_size": 8})
         policies[level], tokenizers[level] = _Local(server), tokenizer
-    return EpisodeRunner(policies["ll"], policies["hl"], tokenizers["ll"], tokenizers["hl"], PromptBuilder({}, 4000))
+    return EpisodeRunner(policies["ll"], policies["hl"], tokenizers["ll"], tokenizers["hl"], PromptBuilder({}, 64))
 
 
 class _Local:
@@ -90,7 +90,7 @@ def _settings(feedback):
 
 
 def test_episode_shapes_per_mode(runner):
-    problems = ["What is 1 + 2?", "What is 2 + 2?"]
+    problems = [Task("What is 1 + 2?", "math", "3"), Task("What is 2 + 2?", "math", "4")]
 
     async def all_modes():  # one loop: the HF server's batcher binds to the loop that first uses it
         return [await runner.run(problems, _settings(mode)) for mode in ("model", "self", "none")]
@@ -100,7 +100,7 @@ def test_episode_shapes_per_mode(runner):
     refinements = [r for e in score for a in e.attempts for r in a.refinements]
     assert len(refinements) == 2 * 2 * 2 and all(r.feedback is None for r in refinements)
     # the second attempt reads the fixed self-correction instruction, not a feedback
-    prompt = runner.ll_tokenizer.decode(refinements[0].refinement.prompt_ids)
+    prompt = refinements[0].refinement.prompt.text
     assert "Check your attempt" in prompt and "Feedback from a tutor" not in prompt
     assert all(not a.refinements for e in single for a in e.attempts)
 

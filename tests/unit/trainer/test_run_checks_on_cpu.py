@@ -1,6 +1,8 @@
 """Start-up checks of an MLMT run (issue 8, defect 5): reference models when a KL needs them, reference solutions
 when the confidence term scores them."""
 
+import re
+
 import pandas as pd
 import pytest
 from omegaconf import OmegaConf
@@ -44,3 +46,53 @@ def test_an_empty_reference_solution_is_an_error_naming_the_row(bad):
 def test_rows_without_extra_info_are_an_error():
     with pytest.raises(ValueError, match="row 0"):
         check_reference_solutions(pd.DataFrame({"prompt": ["a"]}), "t.parquet")
+
+
+# ---------------------------------------------------------------- the prompt budget (issue 9, item 5)
+
+
+def _math_rows(problems):
+    return pd.DataFrame(
+        [
+            {
+                "data_source": "arith",
+                "prompt": [{"role": "user", "content": p}],
+                "ability": "math",
+                "reward_model": {"style": "rule", "ground_truth": "1"},
+                "extra_info": {"index": i},
+            }
+            for i, p in enumerate(problems)
+        ]
+    )
+
+
+@pytest.fixture(scope="module")
+def tiny_tokenizers(tmp_path_factory):
+    from agent_system.models.tiny import build_tiny_tokenizer
+
+    return {
+        "ll": build_tiny_tokenizer(tmp_path_factory.mktemp("ll_tok")),
+        "hl": build_tiny_tokenizer(tmp_path_factory.mktemp("hl_tok"), vocab_size=300, seed=1),
+    }
+
+
+def test_prompt_budget_holds_the_longest_problem_or_start_up_fails_naming_the_keys(tiny_tokenizers):
+    from agent_system.prompts.templates import PromptBuilder
+    from agent_system.trainer.config import ConfigError
+    from agent_system.trainer.main import check_prompt_budget
+
+    prompts = PromptBuilder({}, min_quote_tokens=32)
+    train = _math_rows(["What is 1 + 1?", "What is 2 + 2?"])
+    val = _math_rows(["What is 3 + 3?", "Add the numbers " + "1 + " * 200 + "1."])  # row 1: a long problem
+    frames = {"data.train_files": train, "data.val_files": val}
+    config = compose_config(["data.max_prompt_length=4096"])
+    check_prompt_budget(config, prompts, tiny_tokenizers, frames)
+    config = compose_config(["data.max_prompt_length=600"])
+    check_prompt_budget(config, prompts, tiny_tokenizers, {"data.train_files": train, "data.val_files": None})
+    with pytest.raises(ConfigError) as error:
+        check_prompt_budget(config, prompts, tiny_tokenizers, frames)
+    message = str(error.value)
+    for part in ("data.max_prompt_length=600", "row 1 of data.val_files", "mlmt.prompts.min_quote_tokens=32"):
+        assert part in message, message
+    needed = int(re.search(r"to at least (\d+)", message).group(1))
+    check_prompt_budget(compose_config([f"data.max_prompt_length={needed}"]), prompts, tiny_tokenizers, frames)
