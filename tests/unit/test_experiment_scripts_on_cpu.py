@@ -140,3 +140,45 @@ def test_script_with_hydra_cfg_job():
     assert mlmt["stages"]["schedule"] == [0, 200] and mlmt["stages"]["stage_ids"] == [1, 2]
     assert printed["trainer"]["experiment_name"] == "HLT_LLT_RR_1_15"
     assert printed["trainer"]["project_name"] == "mlmt_math"
+
+
+# recipe script (relative to the repository) -> the key values that make it that baseline
+RECIPES = {
+    "recipes/grpo/run_grpo.sh": {
+        "mlmt.feedback": "none",
+        "mlmt.ll.adv_estimator": "grpo",
+        "mlmt.n": 8,
+        "data.train_batch_size": 64,
+        "trainer.n_gpus_per_node": 4,
+        "mlmt.ll_gpus": 4,
+    },
+    "recipes/score/run_score.sh": {
+        "mlmt.feedback": "self",
+        "mlmt.ll.adv_estimator": "reinforce",
+        "mlmt.stages.schedule": [0, 250],
+        "mlmt.stages.beta2": [0.1, 0.0],
+        "mlmt.stages.alpha": [0.0, 10.0],
+        "trainer.total_training_steps": 500,
+    },
+    "recipes/rl_guided_score/run_rl_guided_score.sh": {
+        "mlmt.feedback": "model",
+        "mlmt.hl.adv_estimator": "reinforce",
+        "mlmt.reward.hl_reward": "r3",
+        "hl.actor.use_kl_loss": True,
+        "hl.actor.kl_loss_coef": 0.05,
+        "hl.actor.optim.lr": 1e-6,
+        "mlmt.stages.schedule": [0, 250],
+    },
+}
+
+
+@pytest.mark.parametrize("script", sorted(RECIPES))
+def test_recipe_script_composes_its_baseline(script, tmp_path):
+    overrides = _script_argv(f"../{script}", tmp_path)
+    config = compose_config(overrides)
+    validate_config(config)
+    assert config.actor_rollout_ref.model.path == LLAMA and config.data.train_files == "data/math/train.parquet"
+    assert config.trainer.project_name == "mlmt_baselines"
+    assert config.trainer.experiment_name == Path(script).parent.name
+    for key, value in RECIPES[script].items():
+        assert _select(config, key) == value, (script, key)

@@ -1,0 +1,150 @@
+"""The baselines' recipes (recipes/*) through `python -m verl.trainer.main_mlmt` with tiny models.
+
+* **Single-turn GRPO** (recipes/grpo: ``mlmt.feedback=none``) on a toy task learns turn 1. One easy problem ("What is
+  1 + 2?", repeated); the tiny random-init solver answers 3 by chance in a few percent of its samples (the arith
+  grader takes the last number), so GRPO has a signal from the first step. 8 steps with n = 16 attempts take turn-1
+  accuracy from about 0.03 at step 1 (the initial weights; learning starts at step 2) to well above 0.5 (measured
+  with the MLMT trainer on this task: 0.0 at step 1, 1.0 over steps 6-8). The test fails if the gradient sign, the
+  GRPO grouping or the weight sync is wrong (no rise; a broken sync also shows as a rollout/actor log-prob gap).
+  No HL workers exist: no ``hl/`` metric, trajectories without feedback.
+* **SCoRe** (recipes/score: ``mlmt.feedback=self``): stage I at step 1 (a reference model: turn 1 held by β2), stage
+  II at step 2; the second attempt reads the fixed self-correction instruction; no HL. The solver moves away from
+  its reference after step 1 (an entropy bonus gives a gradient even when the toy task rewards nothing).
+* **RL-guided SCoRe** (recipes/rl_guided_score): the guidance model (HL) trained by REINFORCE with verl's KL loss to
+  its reference. Its KL to the reference is 0 at step 1 (same weights) and > 0 at step 2: the REINFORCE update
+  reached the guidance model's weights (the original's bug detached that gradient). The solver is the cue task's
+  half-sure one (cue_task.py), so whether the second attempt is right varies with the hint.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from mlmt_run import run_main, trajectories
+
+pytestmark = pytest.mark.e2e
+
+PROBLEM, ANSWER = "What is 1 + 2?", "3"
+
+
+def _toy_rows(count: int, split: str) -> list[dict]:
+    return [
+        {
+            "data_source": "arith",
+            "prompt": [{"role": "user", "content": PROBLEM}],
+            "ability": "math",
+            "reward_model": {"style": "rule", "ground_truth": ANSWER},
+            "extra_info": {"index": i, "split": split},
+        }
+        for i in range(count)
+    ]
+
+
+@pytest.fixture
+def toy_data(tmp_path):
+    train, val = tmp_path / "train.parquet", tmp_path / "val.parquet"
+    pd.DataFrame(_toy_rows(32, "train")).to_parquet(train)
+    pd.DataFrame(_toy_rows(2, "val")).to_parquet(val)
+    return [f"data.train_files={train}", f"data.val_files={val}"]
+
+
+QUIET = ["trainer.val_before_train=false", "trainer.test_freq=-1", "trainer.save_freq=-1", "mlmt.reward.num_workers=1"]
+
+
+def test_single_turn_grpo_learns_turn_one(tiny_models, toy_data, tmp_path):
+    steps = 8
+    out = tmp_path / "grpo"
+    metrics = run_main(
+        out,
+        [
+            f"actor_rollout_ref.model.path={tiny_models['ll']}",
+            *toy_data,
+            *QUIET,
+            "mlmt.feedback=none",
+            f"trainer.total_training_steps={steps}",
+            "data.train_batch_size=2",
+            "data.max_response_length=8",
+            "mlmt.n=16",
+            "actor_rollout_ref.actor.optim.lr=1e-2",
+        ],
+    )
+    accuracy = [metrics[s]["train/acc@t1"] for s in range(1, steps + 1)]
+    print("single-turn GRPO, turn-1 accuracy per step:", " ".join(f"{a:.2f}" for a in accuracy))
+    assert accuracy[0] < 0.2 and np.mean(accuracy[-3:]) > accuracy[0] + 0.25, accuracy
+    assert not any(key.startswith("hl/") or key == "train/acc@t3" for s in metrics for key in metrics[s])
+    for s in range(2, steps + 1):  # the server samples with the weights the actor was just updated to
+        assert metrics[s]["ll/rollout_actor_logprob_diff_max"] < 1e-3, (s, metrics[s])
+    record = trajectories(out, 1)[0]
+    assert "feedback" not in record and "refinement" not in record and record["R1"] in (0.0, 1.0)
+
+
+def test_score_two_stages_without_a_feedback_writer(tiny_models, toy_data, tmp_path):
+    out = tmp_path / "score"
+    metrics = run_main(
+        out,
+        [
+            f"actor_rollout_ref.model.path={tiny_models['ll']}",
+            *toy_data,
+            *QUIET,
+            "mlmt.feedback=self",
+            "trainer.total_training_steps=2",
+            "data.train_batch_size=2",
+            "data.max_response_length=8",
+            "mlmt.n=2",
+            "mlmt.m=1",
+            "mlmt.ll.adv_estimator=reinforce",
+            "mlmt.stages.schedule=[0,2]",
+            "mlmt.stages.stage_ids=[1,2]",
+            "mlmt.stages.beta1=[0.0,0.01]",
+            "mlmt.stages.beta2=[0.1,0.0]",
+            "mlmt.stages.beta_l=[0.01,0.01]",
+            "mlmt.stages.beta_h=[0.0,0.0]",
+            "mlmt.stages.alpha=[0.0,10.0]",
+            "actor_rollout_ref.actor.entropy_coeff=0.01",  # a gradient even when every reward is 0
+            "actor_rollout_ref.actor.optim.lr=1e-3",
+        ],
+    )
+    assert [metrics[s]["train/stage_id"] for s in (1, 2)] == [1.0, 2.0]
+    assert all("ll/pg_loss" in metrics[s] and "train/acc@t3" in metrics[s] for s in (1, 2))
+    assert not any(key.startswith("hl/") or "feedback_length" in key for s in metrics for key in metrics[s])
+    assert metrics[1]["ll/kl_mean"] == 0.0 and metrics[2]["ll/kl_mean"] != 0.0  # the reference exists and acts
+    for record in trajectories(out, 2):
+        assert record["feedback"] is None and record["refinement"] is not None
+        assert "Check your attempt" in record["prompts"]["refine"]
+
+
+def test_rl_guided_score_trains_the_guidance_model(cue_ll_unsure, cue_hl, cue_data, tmp_path):
+    metrics = run_main(
+        tmp_path / "rl_guided",
+        [
+            f"actor_rollout_ref.model.path={cue_ll_unsure}",
+            f"hl.model.path={cue_hl}",
+            f"data.train_files={cue_data[0]}",
+            f"data.val_files={cue_data[1]}",
+            *QUIET,
+            "trainer.total_training_steps=2",
+            "data.train_batch_size=2",
+            "data.max_response_length=6",
+            "hl.rollout.response_length=4",
+            "mlmt.n=4",
+            "mlmt.m=1",
+            "mlmt.ll.adv_estimator=reinforce",
+            "mlmt.hl.adv_estimator=reinforce",
+            "mlmt.stages.schedule=[0,2]",
+            "mlmt.stages.stage_ids=[1,2]",
+            "mlmt.stages.beta1=[0.0,0.01]",
+            "mlmt.stages.beta2=[0.1,0.0]",
+            "mlmt.stages.beta_l=[0.01,0.01]",
+            "mlmt.stages.beta_h=[0.0,0.0]",
+            "mlmt.stages.alpha=[0.0,10.0]",
+            "hl.actor.use_kl_loss=true",
+            "hl.actor.kl_loss_coef=0.05",
+            "hl.actor.kl_loss_type=kl",
+            "hl.actor.optim.lr=1e-2",
+        ],
+    )
+    assert all("hl/pg_loss" in metrics[s] and "ll/pg_loss" in metrics[s] for s in (1, 2))  # both, every step
+    assert metrics[1]["hl/kl_mean"] == 0.0, metrics[1]
+    assert abs(metrics[2]["hl/kl_mean"]) > 1e-4, metrics[2]  # the guidance model's weights moved
+    assert metrics[2]["hl/rollout_actor_logprob_diff_max"] < 1e-3  # and its server samples with them
