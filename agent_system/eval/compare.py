@@ -7,9 +7,9 @@ its own run script, exported, evaluated by the MATH-500 evaluation, then one tab
 
 Each baseline runs the very command a user runs (``mlmt-configs/math/*.sh``, ``recipes/*/run_*.sh``) with the budget
 overrides appended (they win): model, ``--steps``, ``--batch`` problems per step, lengths, seed, one device per
-model; the stage switch (stage I → II) of every run that has one is moved to the middle of the run so both stages happen. Then
-``python -m agent_system.trainer.export`` and ``mlmt-configs/math/eval_math500.sh`` in the mode that fits the
-baseline (the solver alone for GRPO, self-correction for SCoRe, the trained or frozen feedback writer otherwise).
+model; the stage switch (stage I → II) of every run that has one is moved to the middle of the run so both stages
+happen. Then ``python -m agent_system.trainer.export`` and ``mlmt-configs/math/eval_math500.sh`` in the mode that fits
+the baseline (the solver alone for GRPO, self-correction for SCoRe, the trained or frozen feedback writer otherwise).
 
 Written to ``--out``: ``<baseline>/`` (the run, its export and ``eval/``), ``comparison.md``, ``comparison.json`` and
 ``comparison.png``. A rerun continues: a finished training run resumes at its last step (nothing to do), a finished
