@@ -2,7 +2,10 @@
 
 Generated offline and deterministically, easy enough for a 135M instruct model to solve sometimes, with a
 mix of difficulty (1: one small operation, 2: larger numbers or word problems, 3: two operations or a
-fraction). Each row has a short ``reference_solution`` ending with ``\\boxed{answer}``.
+fraction). The trainer's embedded default (``mlmt.dataset.max_difficulty=1``) keeps difficulty 1 only: measured with
+SmolLM2-135M-Instruct at temperature 1.0 and 64 tokens, 4 samples per problem, turn-1 accuracy is 0.15 with 22 of 48
+problems' groups mixed (some right, some wrong), against 0.08 and 14 of 48 on the full mix. Each row has a short
+``reference_solution`` ending with ``\\boxed{answer}``.
 
 Usage::
 
@@ -92,13 +95,15 @@ def _two_step(rng: random.Random) -> tuple[str, str, str]:
     return f"What is ({a} + {b}) × {c}?", str((a + b) * c), steps
 
 
-def generate_problem(rng: random.Random) -> dict:
-    """Draws one problem with difficulty 1 (40%), 2 (40%) or 3 (20%).
+def generate_problem(rng: random.Random, max_difficulty: int = 3) -> dict:
+    """Draws one problem with difficulty 1 (40%), 2 (40%) or 3 (20%), among those at most ``max_difficulty``.
 
     Returns:
         ``{"question", "answer", "solution", "difficulty"}``.
     """
-    draw = rng.random()
+    if max_difficulty < 1:
+        raise ValueError(f"max_difficulty={max_difficulty}: use 1, 2 or 3")
+    draw = rng.random() * (0.4 if max_difficulty == 1 else 0.8 if max_difficulty == 2 else 1.0)
     if draw < 0.4:
         difficulty, (question, answer, steps) = 1, _expression(rng, 1)
     elif draw < 0.8:
@@ -110,7 +115,7 @@ def generate_problem(rng: random.Random) -> dict:
     return {"question": question, "answer": answer, "solution": solution, "difficulty": difficulty}
 
 
-def generate_rows(n_train: int, n_val: int, seed: int) -> tuple[list[dict], list[dict]]:
+def generate_rows(n_train: int, n_val: int, seed: int, max_difficulty: int = 3) -> tuple[list[dict], list[dict]]:
     """Generates train and validation rows.
 
     Validation questions are distinct and never appear in train; train may repeat a question (the easy
@@ -123,7 +128,7 @@ def generate_rows(n_train: int, n_val: int, seed: int) -> tuple[list[dict], list
         for _ in range(200 * (count + 10)):
             if len(splits[split]) >= count:
                 break
-            problem = generate_problem(rng)
+            problem = generate_problem(rng, max_difficulty)
             if problem["question"] in val_questions:
                 continue
             if split == "val":
@@ -141,7 +146,9 @@ def generate_rows(n_train: int, n_val: int, seed: int) -> tuple[list[dict], list
     return splits["train"], splits["val"]
 
 
-def ensure_default_dataset(out_dir: str, n_train: int = 512, n_val: int = 64, seed: int = 0) -> tuple[str, str]:
+def ensure_default_dataset(
+    out_dir: str, n_train: int = 512, n_val: int = 64, seed: int = 0, max_difficulty: int = 3
+) -> tuple[str, str]:
     """Creates the default train/val parquet files unless they already exist.
 
     The parameters are part of the file names, so a call with other parameters never reuses stale files.
@@ -151,17 +158,18 @@ def ensure_default_dataset(out_dir: str, n_train: int = 512, n_val: int = 64, se
         n_train: Number of training problems.
         n_val: Number of validation problems.
         seed: Generator seed.
+        max_difficulty: 1 (one small operation) to 3 (the full mix).
 
     Returns:
         ``(train_path, val_path)``.
     """
-    stem = f"arith_v{FORMAT_VERSION}_seed{seed}_ntrain{n_train}_nval{n_val}"
+    stem = f"arith_v{FORMAT_VERSION}_seed{seed}_ntrain{n_train}_nval{n_val}_difficulty{max_difficulty}"
     train_path = os.path.join(os.path.abspath(out_dir), f"{stem}_train.parquet")
     val_path = os.path.join(os.path.abspath(out_dir), f"{stem}_val.parquet")
     if os.path.isfile(train_path) and os.path.isfile(val_path):
         logger.info("reusing default dataset %s", stem)
         return train_path, val_path
-    train_rows, val_rows = generate_rows(n_train, n_val, seed)
+    train_rows, val_rows = generate_rows(n_train, n_val, seed, max_difficulty)
     write_parquet_atomic(val_rows, val_path)
     write_parquet_atomic(train_rows, train_path)
     logger.info("wrote %d train / %d val problems to %s", n_train, n_val, out_dir)
@@ -174,9 +182,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--n-train", type=int, default=512, help="number of training problems")
     parser.add_argument("--n-val", type=int, default=64, help="number of validation problems")
     parser.add_argument("--seed", type=int, default=0, help="generator seed")
+    parser.add_argument("--max-difficulty", type=int, default=3, choices=(1, 2, 3), help="1: one small operation")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    train_path, val_path = ensure_default_dataset(args.out_dir, args.n_train, args.n_val, args.seed)
+    train_path, val_path = ensure_default_dataset(
+        args.out_dir, args.n_train, args.n_val, args.seed, args.max_difficulty
+    )
     logger.info("train: %s", train_path)
     logger.info("val: %s", val_path)
 

@@ -154,6 +154,8 @@ def validate_config(config: DictConfig) -> None:
         raise ConfigError(f"trainer.resume_mode={config.trainer.resume_mode!r}: choose auto, disable or resume_path")
     if config.trainer.resume_mode == "resume_path" and not config.trainer.resume_from_path:
         raise ConfigError("trainer.resume_mode=resume_path needs trainer.resume_from_path (a global_step_N folder)")
+    if config.mlmt.dataset.max_difficulty not in (1, 2, 3):
+        raise ConfigError(f"mlmt.dataset.max_difficulty={config.mlmt.dataset.max_difficulty}: choose 1, 2 or 3")
     if config.data.train_batch_size < 1:
         raise ConfigError("data.train_batch_size must be >= 1")
     if os.environ.get("VERL_PLATFORM", "") == "cpu" and config.trainer.device != "cpu":

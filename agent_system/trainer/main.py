@@ -64,7 +64,11 @@ def prepare_config(config: DictConfig, user_overrides: list[str]) -> DictConfig:
         if not config.data.train_files:
             dataset = config.mlmt.dataset
             train, val = ensure_default_dataset(
-                str(Path(config.trainer.default_local_dir) / "data"), dataset.n_train, dataset.n_val, dataset.seed
+                str(Path(config.trainer.default_local_dir) / "data"),
+                dataset.n_train,
+                dataset.n_val,
+                dataset.seed,
+                dataset.max_difficulty,
             )
             config.data.train_files, config.data.val_files = train, val
     validate_config(config)

