@@ -51,12 +51,36 @@ def apply_hardware_overlay(config: DictConfig, user_overrides: list[str]) -> Dic
     with open_dict(config):
         merged = OmegaConf.merge(config, OmegaConf.load(CPU_OVERLAY))
     OmegaConf.set_struct(merged, False)
+    user_keys = set()
     for override in OverridesParser.create().parse_overrides(user_overrides):
         if override.is_delete() or override.key_or_group.startswith("hydra"):
             continue
         OmegaConf.update(merged, override.key_or_group, override.value(), merge=False, force_add=True)
+        user_keys.add(override.key_or_group)
+    _fit_token_budgets(merged, user_keys)
     OmegaConf.set_struct(merged, True)
     return merged
+
+
+# Per-micro-batch token caps of verl's dynamic batching: a row longer than its cap is an error in verl.
+TOKEN_CAPS = tuple(
+    f"{tree}.{key}"
+    for tree in ("actor_rollout_ref", "hl")
+    for key in ("actor.ppo_max_token_len_per_gpu", "rollout.log_prob_max_token_len_per_gpu",
+                "ref.log_prob_max_token_len_per_gpu")
+) + tuple(f"{tree}.{key}" for tree in ("critic", "hl_critic")
+          for key in ("ppo_max_token_len_per_gpu", "forward_max_token_len_per_gpu"))  # fmt: skip
+
+
+def _fit_token_budgets(config: DictConfig, user_keys: set[str]) -> None:
+    """Raise the CPU overlay's small micro-batch token caps (memory: logits over SmolLM2's 49k vocabulary) to the
+    longest row the run can produce (prompt budget + longest response), unless the user set them."""
+    longest = config.data.max_prompt_length + max(config.data.max_response_length, config.hl.rollout.response_length)
+    for key in TOKEN_CAPS:
+        value = OmegaConf.select(config, key, default=None)
+        if key not in user_keys and isinstance(value, int) and value < longest:
+            logger.info("%s=%d raised to %d (data.max_prompt_length + the longest response)", key, value, longest)
+            OmegaConf.update(config, key, longest, merge=False)
 
 
 def level_view(config: DictConfig, level: str) -> DictConfig:

@@ -12,7 +12,7 @@ OVERRIDES = [
     "hl.actor.optim.lr=5e-7",
     "actor_rollout_ref.rollout.dtype=bfloat16",
     "hl.model.path=/models/hl-writer",
-    "hl.actor.ppo_max_token_len_per_gpu=1024",
+    "hl.actor.ppo_max_token_len_per_gpu=1536",
 ]
 
 
@@ -74,11 +74,11 @@ def test_hl_view_puts_the_hl_at_actor_rollout_ref(config):
     assert view.actor_rollout_ref.rollout.response_length == config.hl.rollout.response_length == 48  # the HL's
     assert view.critic.model.path == "/models/hl-writer"  # hl_critic.model.path = ${hl.model.path}
     # verl's interpolations to actor_rollout_ref.* now resolve against the HL's values
-    assert view.actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu == 1024
+    assert view.actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu == 1536
     assert view.actor_rollout_ref.rollout.prompt_length == config.data.max_prompt_length
     # the original is untouched
     assert config.actor_rollout_ref.model.path == "smollm2"
-    assert config.actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu == 2048
+    assert config.actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu == 1024
 
 
 def test_unknown_level_view_raises(config):
@@ -220,3 +220,20 @@ def test_prompt_overrides_from_the_command_line_are_validated():
     ):
         with pytest.raises(ConfigError, match=key):
             validate_config(compose_config([override]))
+
+
+def test_cpu_token_caps_fit_the_longest_row_unless_the_user_set_them():
+    """verl's dynamic batching rejects a row longer than its micro-batch token cap: the CPU overlay's small caps are
+    raised to prompt budget + longest response (a 4096-token MATH prompt budget would otherwise crash mid-run)."""
+    from agent_system.trainer.config import TOKEN_CAPS, apply_hardware_overlay
+
+    if not verl_plugin.CPU_BACKEND_ACTIVE:
+        pytest.skip("the CPU overlay applies on the CPU backend only")
+    small = apply_hardware_overlay(compose_config([]), [])
+    assert small.actor_rollout_ref.actor.ppo_max_token_len_per_gpu == 1024  # 768 + 64 fits: the overlay's value
+    overrides = ["data.max_prompt_length=4096", "data.max_response_length=1024"]
+    overrides.append("hl.actor.ppo_max_token_len_per_gpu=3000")
+    large = apply_hardware_overlay(compose_config(overrides), overrides)
+    caps = {key: OmegaConf.select(large, key) for key in TOKEN_CAPS}
+    assert caps.pop("hl.actor.ppo_max_token_len_per_gpu") == 3000  # the user's value wins
+    assert set(caps.values()) == {5120}

@@ -64,7 +64,7 @@ def test_cpu_overlay_keeps_the_small_embedded_run(cpu_config):
     for name in ("actor_rollout_ref", "hl"):
         actor = c[name].actor
         assert (actor.optim.lr, actor.entropy_coeff, actor.ppo_mini_batch_size) == (1e-6, 0.0, 16)
-        assert actor.ppo_max_token_len_per_gpu == 2048
+        assert actor.ppo_max_token_len_per_gpu == 1024  # micro-batch tokens: 768 + 64 fits
     assert c.critic.ppo_max_token_len_per_gpu == c.hl_critic.ppo_max_token_len_per_gpu == 4096
 
 
