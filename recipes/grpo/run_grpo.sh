@@ -11,13 +11,9 @@
 # Evaluate: bash mlmt-configs/math/eval_math500.sh outputs/mlmt_baselines/grpo/export/global_step_N/ll
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../../mlmt-configs/experiment_common.sh"
-GPUS=${GPUS:-4}
 
-mlmt_run "${MATH[@]}" "${LATER[@]}" \
-  actor_rollout_ref.model.path="$LL_MODEL" \
+mlmt_run "${SOLVER_ONLY[@]}" "${MATH[@]}" "${LATER[@]}" \
   mlmt.feedback=none \
-  mlmt.placement=split mlmt.ll_gpus="$GPUS" trainer.n_gpus_per_node="$GPUS" \
-  trainer.logger="$LOGGER" trainer.resume_mode=auto \
   mlmt.ll.adv_estimator=grpo mlmt.n=8 data.train_batch_size=64 \
   trainer.project_name=mlmt_baselines trainer.experiment_name=grpo \
   "$@"

@@ -17,9 +17,7 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../../mlmt-configs/experiment_common.sh"
 
 mlmt_run "${COMMON[@]}" "${MATH[@]}" "${LATER[@]}" "${RR[@]}" \
-  mlmt.stages.schedule=[0,250] mlmt.stages.stage_ids=[1,2] \
-  mlmt.stages.beta1=[0.0,0.01] mlmt.stages.beta2=[0.1,0.0] mlmt.stages.beta_l=[0.01,0.01] \
-  mlmt.stages.beta_h=[0.0,0.0] mlmt.stages.alpha=[0.0,10.0] \
+  "${SCORE_STAGES[@]}" \
   mlmt.reward.hl_reward=r3 mlmt.schedule.tH=1 mlmt.schedule.tL=1 \
   hl.actor.optim.lr=1e-6 hl.actor.use_kl_loss=true hl.actor.kl_loss_coef=0.05 hl.actor.kl_loss_type=kl \
   trainer.project_name=mlmt_baselines trainer.experiment_name=rl_guided_score \

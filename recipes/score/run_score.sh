@@ -13,16 +13,10 @@
 #   bash mlmt-configs/math/eval_math500.sh outputs/mlmt_baselines/score/export/global_step_N/ll --self-correct
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../../mlmt-configs/experiment_common.sh"
-GPUS=${GPUS:-4}
 
-mlmt_run "${MATH[@]}" "${LATER[@]}" \
-  actor_rollout_ref.model.path="$LL_MODEL" \
+mlmt_run "${SOLVER_ONLY[@]}" "${MATH[@]}" "${LATER[@]}" \
   mlmt.feedback=self \
-  mlmt.placement=split mlmt.ll_gpus="$GPUS" trainer.n_gpus_per_node="$GPUS" \
-  trainer.logger="$LOGGER" trainer.resume_mode=auto \
   mlmt.ll.adv_estimator=reinforce mlmt.n=1 mlmt.m=1 \
-  mlmt.stages.schedule=[0,250] mlmt.stages.stage_ids=[1,2] \
-  mlmt.stages.beta1=[0.0,0.01] mlmt.stages.beta2=[0.1,0.0] mlmt.stages.beta_l=[0.01,0.01] \
-  mlmt.stages.beta_h=[0.0,0.0] mlmt.stages.alpha=[0.0,10.0] \
+  "${SCORE_STAGES[@]}" \
   trainer.project_name=mlmt_baselines trainer.experiment_name=score \
   "$@"

@@ -49,6 +49,16 @@ def toy_data(tmp_path):
     return [f"data.train_files={train}", f"data.val_files={val}"]
 
 
+# SCoRe's stages (recipes/score), stage II from step 2
+SCORE_STAGES = [
+    "mlmt.stages.schedule=[0,2]",
+    "mlmt.stages.stage_ids=[1,2]",
+    "mlmt.stages.beta1=[0.0,0.01]",
+    "mlmt.stages.beta2=[0.1,0.0]",
+    "mlmt.stages.beta_l=[0.01,0.01]",
+    "mlmt.stages.beta_h=[0.0,0.0]",
+    "mlmt.stages.alpha=[0.0,10.0]",
+]
 QUIET = ["trainer.val_before_train=false", "trainer.test_freq=-1", "trainer.save_freq=-1", "mlmt.reward.num_workers=1"]
 
 
@@ -94,13 +104,7 @@ def test_score_two_stages_without_a_feedback_writer(tiny_models, toy_data, tmp_p
             "mlmt.n=2",
             "mlmt.m=1",
             "mlmt.ll.adv_estimator=reinforce",
-            "mlmt.stages.schedule=[0,2]",
-            "mlmt.stages.stage_ids=[1,2]",
-            "mlmt.stages.beta1=[0.0,0.01]",
-            "mlmt.stages.beta2=[0.1,0.0]",
-            "mlmt.stages.beta_l=[0.01,0.01]",
-            "mlmt.stages.beta_h=[0.0,0.0]",
-            "mlmt.stages.alpha=[0.0,10.0]",
+            *SCORE_STAGES,
             "actor_rollout_ref.actor.entropy_coeff=0.01",  # a gradient even when every reward is 0
             "actor_rollout_ref.actor.optim.lr=1e-3",
         ],
@@ -131,13 +135,7 @@ def test_rl_guided_score_trains_the_guidance_model(cue_ll_unsure, cue_hl, cue_da
             "mlmt.m=1",
             "mlmt.ll.adv_estimator=reinforce",
             "mlmt.hl.adv_estimator=reinforce",
-            "mlmt.stages.schedule=[0,2]",
-            "mlmt.stages.stage_ids=[1,2]",
-            "mlmt.stages.beta1=[0.0,0.01]",
-            "mlmt.stages.beta2=[0.1,0.0]",
-            "mlmt.stages.beta_l=[0.01,0.01]",
-            "mlmt.stages.beta_h=[0.0,0.0]",
-            "mlmt.stages.alpha=[0.0,10.0]",
+            *SCORE_STAGES,
             "hl.actor.use_kl_loss=true",
             "hl.actor.kl_loss_coef=0.05",
             "hl.actor.kl_loss_type=kl",
