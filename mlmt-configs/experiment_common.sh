@@ -84,15 +84,7 @@ MATH_STAGES=(
 
 # SCoRe's stages (the seed's ScoRe.sh, MLMT_SPEC §3.4): stage I for 250 steps (β2 = 0.1, β_L = 0.01), then stage II
 # (β1 = 0.01, β_L = 0.01, α = 10). Used by recipes/score and recipes/rl_guided_score.
-SCORE_STAGES=(
-  mlmt.stages.schedule=[0,250]
-  mlmt.stages.stage_ids=[1,2]
-  mlmt.stages.beta1=[0.0,0.01]
-  mlmt.stages.beta2=[0.1,0.0]
-  mlmt.stages.beta_l=[0.01,0.01]
-  mlmt.stages.beta_h=[0.0,0.0]
-  mlmt.stages.alpha=[0.0,10.0]
-)
+SCORE_STAGES=("${MATH_STAGES[@]}" mlmt.stages.schedule=[0,250])  # the same stages, switching at 250
 
 # One model on all GPUS devices (the baselines without a feedback writer).
 SOLVER_ONLY=(
