@@ -192,8 +192,8 @@ def compute_advantages(
     """Advantages and returns, each (B, R), from verl's registered estimator ``estimator``.
 
     ``gae`` (PPO) needs the critic's ``values`` (B, R); ``archer`` takes ``values`` as the advantages (the
-    utterance critic's signal of each row on its tokens, ``utterance_critic.py``); the others are critic-free. ``config`` is verl's
-    ``algorithm`` section (gamma, lam, norm_adv_by_std_in_grpo).
+    utterance critic's signal of each row on its tokens, ``utterance_critic.py``); the others are critic-free.
+    ``config`` is verl's ``algorithm`` section (gamma, lam, norm_adv_by_std_in_grpo).
     """
     if estimator == "archer":  # the utterance critic's per-row signal, already on every response token
         if values is None:

@@ -191,7 +191,9 @@ def _check_archer(config: DictConfig) -> None:
     """``mlmt.archer`` (ArCHer's utterance critic, ``trainer/utterance_critic.py``) and where it may be selected."""
     mlmt, archer = config.mlmt, config.mlmt.archer
     if mlmt.hl.adv_estimator == "archer":
-        raise ConfigError("mlmt.hl.adv_estimator=archer: the utterance critic scores the solver's turns; use it for the LL")
+        raise ConfigError(
+            "mlmt.hl.adv_estimator=archer: the utterance critic scores the solver's turns; use it for the LL only"
+        )
     checks = {
         "gamma": 0 <= archer.gamma <= 1,
         "batch_size": archer.batch_size >= 1,

@@ -211,8 +211,9 @@ class UtteranceCritic:
     def values(self, states: list[tuple[int, ...]], actions: list[tuple[int, ...]]) -> tuple[np.ndarray, np.ndarray]:
         """Q(s, a) and V(s) of the online network, (N,) each, in micro-batches."""
         q, v = [], []
-        for start in range(0, len(states), self.micro_batch_size):
-            chunk_s, chunk_a = states[start : start + self.micro_batch_size], actions[start : start + self.micro_batch_size]
+        size = self.micro_batch_size
+        for start in range(0, len(states), size):
+            chunk_s, chunk_a = states[start : start + size], actions[start : start + size]
             q.append(self.online.q(chunk_s, chunk_a).float().cpu())
             v.append(self.online.v(chunk_s).float().cpu())
         return torch.cat(q).numpy(), torch.cat(v).numpy()

@@ -147,7 +147,8 @@ def test_transitions_of_single_and_two_turn_episodes():
     r1 = np.array([[1.0]])
     assert episode_transitions(single, r1, np.zeros((1, 1, 0))) == [Transition((1, 2), (3,), 1.0, None, True)]
     refinements = [SimpleNamespace(refinement=_turn([4, 5], [6])), SimpleNamespace(refinement=_turn([7], []))]
-    two = [SimpleNamespace(problem_index=0, attempts=[SimpleNamespace(attempt=_turn([1, 2], [3]), refinements=refinements)])]
+    attempt = SimpleNamespace(attempt=_turn([1, 2], [3]), refinements=refinements)
+    two = [SimpleNamespace(problem_index=0, attempts=[attempt])]
     got = episode_transitions(two, r1, np.array([[[0.0, 1.0]]]))
     assert got == [
         Transition((1, 2), (3,), 0.0, (4, 5), False),  # turn 1: no reward, s' = the turn-3 prompt
