@@ -49,16 +49,6 @@ EXPECTED = {
         "trainer.project_name": "mlmt_code",
         "mlmt.stages.schedule": [0, 250],
     },
-    "recipes/archer/run_archer.sh": {
-        "mlmt.feedback": "none",
-        "mlmt.ll.adv_estimator": "archer",
-        "mlmt.archer.actor_signal": "advantage",
-        "mlmt.archer.num_gpus": 1,
-        "mlmt.archer.target_refresh_every": 10,
-        "mlmt.ll_gpus": 3,
-        "trainer.n_gpus_per_node": 3,
-        "trainer.total_training_steps": 500,
-    },
 }
 RR = {"mlmt.ll.adv_estimator": "reinforce", "mlmt.hl.adv_estimator": "reinforce", "mlmt.n": 1, "mlmt.m": 1}
 
@@ -178,6 +168,16 @@ RECIPES = {
         "hl.actor.kl_loss_coef": 0.05,
         "hl.actor.optim.lr": 1e-6,
         "mlmt.stages.schedule": [0, 250],
+    },
+    "recipes/archer/run_archer.sh": {
+        "mlmt.feedback": "none",
+        "mlmt.ll.adv_estimator": "archer",
+        "mlmt.archer.actor_signal": "advantage",
+        "mlmt.archer.num_gpus": 1,
+        "mlmt.archer.target_refresh_every": 10,
+        "mlmt.ll_gpus": 3,
+        "trainer.n_gpus_per_node": 3,
+        "trainer.total_training_steps": 500,
     },
 }
 
