@@ -270,7 +270,7 @@ class ArcherCritic:
         from omegaconf import OmegaConf
 
         settings = OmegaConf.to_container(self.settings, resolve=True)
-        # num_cpus=0: the actor takes no CPU slot from the resource pools, which verl sizes from the cluster's slots
+        # num_cpus=0: the actor never waits for a CPU slot held by the resource pools (it only needs its device)
         remote = ray.remote(UtteranceCritic).options(num_gpus=settings["num_gpus"], num_cpus=0)
         device = "cuda" if settings["num_gpus"] > 0 else "cpu"
         self.actor = remote.remote(_Settings(settings), device)
