@@ -191,9 +191,15 @@ def compute_advantages(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Advantages and returns, each (B, R), from verl's registered estimator ``estimator``.
 
-    ``gae`` (PPO) needs the critic's ``values`` (B, R); the others are critic-free. ``config`` is verl's
-    ``algorithm`` section (gamma, lam, norm_adv_by_std_in_grpo).
+    ``gae`` (PPO) needs the critic's ``values`` (B, R); ``archer`` takes ``values`` as the advantages (the
+    utterance critic's signal of each row on its tokens, ``utterance_critic.py``); the others are critic-free.
+    ``config`` is verl's ``algorithm`` section (gamma, lam, norm_adv_by_std_in_grpo).
     """
+    if estimator == "archer":  # the utterance critic's per-row signal, already on every response token
+        if values is None:
+            raise ValueError("adv_estimator=archer needs the utterance critic's values")
+        signal = values * response_mask
+        return signal, signal
     fn = core_algos.get_adv_estimator_fn(estimator)
     if estimator == "gae":
         if values is None:
@@ -255,7 +261,7 @@ def level_advantages(
         mlmt: the ``mlmt`` config section (estimators, grouping, HL reward).
         algorithm: verl's ``algorithm`` section.
         response_mask: (N, R).
-        values: (N, R) critic values for ``gae``.
+        values: (N, R) critic values for ``gae``; the utterance critic's signal for ``archer``.
         hl_extra: (N,) extra HL score (the confidence term), added to S2.
     """
     problem, attempt = np.asarray(rows["problem"]), np.asarray(rows["attempt"])

@@ -19,7 +19,7 @@ logger = logging.getLogger(__name__)
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "mlmt-configs"
 CPU_OVERLAY = CONFIG_DIR / "overlays" / "cpu.yaml"
 LEVELS = ("ll", "hl")
-ESTIMATORS = ("grpo", "rloo", "reinforce", "reinforce_plus_plus", "gae")
+ESTIMATORS = ("grpo", "rloo", "reinforce", "reinforce_plus_plus", "gae", "archer")  # archer: the LL only
 HL_REWARDS = ("r3", "progress", "contrastive")
 FEEDBACK_SOURCES = ("model", "self", "none")  # mlmt.feedback: the HL, self-correction (SCoRe), single turn
 CONTRASTIVE_REFERENCES = ("lagged_snapshot", "no_feedback")
@@ -107,6 +107,7 @@ def validate_config(config: DictConfig) -> None:
         estimator = mlmt[level].adv_estimator
         if estimator not in ESTIMATORS:
             raise ConfigError(f"mlmt.{level}.adv_estimator={estimator!r}: choose one of {ESTIMATORS}")
+    _check_archer(config)
     if mlmt.ll.adv_estimator in ("grpo", "rloo") and mlmt.n < 2:
         raise ConfigError(
             f"mlmt.ll.adv_estimator={mlmt.ll.adv_estimator} groups the n attempts on one problem: set mlmt.n >= 2 "
@@ -184,6 +185,40 @@ def validate_config(config: DictConfig) -> None:
         raise ConfigError("data.train_batch_size must be >= 1")
     if os.environ.get("VERL_PLATFORM", "") == "cpu" and config.trainer.device != "cpu":
         raise ConfigError("VERL_PLATFORM=cpu but trainer.device is not cpu: set trainer.device=cpu")
+
+
+def _check_archer(config: DictConfig) -> None:
+    """``mlmt.archer`` (ArCHer's utterance critic, ``trainer/utterance_critic.py``) and where it may be selected."""
+    mlmt, archer = config.mlmt, config.mlmt.archer
+    if mlmt.hl.adv_estimator == "archer":
+        raise ConfigError(
+            "mlmt.hl.adv_estimator=archer: the utterance critic scores the solver's turns; use it for the LL only"
+        )
+    checks = {
+        "gamma": 0 <= archer.gamma <= 1,
+        "batch_size": archer.batch_size >= 1,
+        "buffer_size": archer.buffer_size >= 1,
+        "micro_batch_size": archer.micro_batch_size >= 1,
+        "updates_per_step": archer.updates_per_step >= 1,
+        "lr": archer.lr > 0,
+        "max_grad_norm": archer.max_grad_norm > 0,
+        "target_refresh_every": archer.target_refresh_every >= 1,
+        "num_gpus": archer.num_gpus >= 0,
+        "actor_signal": archer.actor_signal in ("advantage", "q"),
+    }
+    bad = [f"mlmt.archer.{key}={archer[key]!r}" for key, ok in checks.items() if not ok]
+    if bad:
+        raise ConfigError(
+            f"invalid {bad}: gamma in [0, 1]; batch_size, buffer_size, micro_batch_size, updates_per_step, "
+            "target_refresh_every >= 1; lr, max_grad_norm > 0; num_gpus >= 0; actor_signal advantage or q"
+        )
+    if mlmt.ll.adv_estimator == "archer":
+        stages = mlmt.stages
+        if 1 in stages.stage_ids or any(a > 0 for a in stages.alpha):
+            raise ConfigError(
+                "mlmt.ll.adv_estimator=archer rewards the critic with R1 (single turn) or R3 (end of the episode): "
+                "mlmt.stages.stage_ids=1 and mlmt.stages.alpha > 0 would not reach it; use stage_ids [2] and alpha 0"
+            )
 
 
 def has_hl(config: DictConfig) -> bool:

@@ -59,6 +59,8 @@ def prepare_config(config: DictConfig, user_overrides: list[str]) -> DictConfig:
             for level, critic in (("ll", "critic"), ("hl", "hl_critic"))[: len(levels)]
             if config.mlmt[level].adv_estimator == "gae"
         ]
+        if config.mlmt.ll.adv_estimator == "archer":
+            keys.append("mlmt.archer.critic_model_path")
         for key in keys:
             OmegaConf.update(config, key, resolve_model_path(OmegaConf.select(config, key), key))
         if not config.data.train_files:
@@ -163,6 +165,10 @@ def build_trainer(config: DictConfig):
     groups, critics = build_workers(config, use_ref, critic_levels)
     for group in groups.values():
         group.init()
+    if config.mlmt.ll.adv_estimator == "archer":  # saved and restored with the level critics
+        from agent_system.trainer.utterance_critic import ArcherCritic
+
+        critics["archer"] = ArcherCritic(config)
     for critic in critics.values():
         critic.init()
     snapshot = None

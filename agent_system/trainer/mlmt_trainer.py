@@ -271,6 +271,9 @@ class MLMTTrainer:
         if level in self.critics:
             values = self.critics[level].compute_values(batch)  # (N, R)
             batch.batch["values"] = values
+        archer_metrics = {}
+        if self.mlmt[level].adv_estimator == "archer":  # ArCHer: the utterance critic trains, then scores the rows
+            values, archer_metrics = self.critics["archer"].advantage_values(episodes, scores, rows, mask)
         hl_extra = None
         if level == "hl" and self.mlmt.reward.confidence_lambda > 0:
             hl_extra = self.confidence_terms(problems, episodes, rows)
@@ -304,6 +307,7 @@ class MLMTTrainer:
             f"{level}/response_length": float(lengths.mean()),
             f"{level}/rows": len(batch),
         }
+        batch.meta_info["metrics"].update(archer_metrics)
         if result.r3_advantages is not None:
             # how far the HL reward moves the advantages from those of S2 = R3 (0: the shaping cancels in its groups)
             task_advantages = advantages + torch.as_tensor(result.kl_penalty, dtype=advantages.dtype)[:, None] * mask

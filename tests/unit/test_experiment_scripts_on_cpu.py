@@ -169,6 +169,16 @@ RECIPES = {
         "hl.actor.optim.lr": 1e-6,
         "mlmt.stages.schedule": [0, 250],
     },
+    "recipes/archer/run_archer.sh": {
+        "mlmt.feedback": "none",
+        "mlmt.ll.adv_estimator": "archer",
+        "mlmt.archer.actor_signal": "advantage",
+        "mlmt.archer.num_gpus": 1,
+        "mlmt.archer.target_refresh_every": 10,
+        "mlmt.ll_gpus": 3,
+        "trainer.n_gpus_per_node": 3,
+        "trainer.total_training_steps": 500,
+    },
 }
 
 
@@ -179,9 +189,21 @@ def test_recipe_script_composes_its_baseline(script, tmp_path):
     validate_config(config)
     assert config.actor_rollout_ref.model.path == LLAMA and config.data.train_files == "data/math/train.parquet"
     assert config.trainer.project_name == "mlmt_baselines"
-    assert config.trainer.experiment_name == Path(script).parent.name
+    assert config.trainer.experiment_name.startswith(Path(script).parent.name)
     for key, value in RECIPES[script].items():
         assert _select(config, key) == value, (script, key)
+
+
+def test_archer_recipe_variants(tmp_path):
+    """recipes/archer: TASK=code runs on MBPP with the code run's lengths; FEEDBACK=self and SIGNAL=q act."""
+    script = "../recipes/archer/run_archer.sh"
+    config = compose_config(_script_argv(script, tmp_path, {"TASK": "code", "FEEDBACK": "self", "SIGNAL": "q"}))
+    validate_config(config)
+    assert config.data.train_files == "data/mbpp/train.parquet" and config.data.val_files == "data/mbpp/test.parquet"
+    assert (config.data.max_prompt_length, config.data.max_response_length) == (2048, 512)
+    assert config.mlmt.feedback == "self" and config.mlmt.archer.actor_signal == "q"
+    assert config.trainer.experiment_name == "archer_code_self"
+    assert config.mlmt.archer.critic_model_path == LLAMA  # the solver's model
 
 
 @pytest.mark.parametrize("name", ["mlmt", "fixed_feedback", "grpo", "score", "rl_guided_score"])
