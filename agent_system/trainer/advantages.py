@@ -31,6 +31,8 @@ import numpy as np
 import torch
 from verl.trainer.ppo import core_algos
 
+from agent_system.trainer import value_shaping as vs
+
 
 @dataclass(frozen=True)
 class Stage:
@@ -243,6 +245,7 @@ def level_advantages(
     response_mask: torch.Tensor,
     values: torch.Tensor | None = None,
     hl_extra: np.ndarray | None = None,
+    feedback_values: np.ndarray | None = None,
 ) -> LevelAdvantages:
     """Task rewards → the level's estimator over its groups → minus β·KL: the advantages the level is updated with.
 
@@ -257,6 +260,7 @@ def level_advantages(
         response_mask: (N, R).
         values: (N, R) critic values for ``gae``.
         hl_extra: (N,) extra HL score (the confidence term), added to S2.
+        feedback_values: (N,) V(x, z, g) of each feedback, for ``hl_reward=value_shaped`` (value_shaping.py).
     """
     problem, attempt = np.asarray(rows["problem"]), np.asarray(rows["attempt"])
     feedback, turn = np.asarray(rows["feedback"]), np.asarray(rows["turn"])
@@ -264,8 +268,14 @@ def level_advantages(
     # mlmt.feedback=none: no turn 3 (r3 is (B, n, 0)); every row is a turn-1 row
     r3 = scores["r3"][problem, attempt, feedback] if scores["r3"].shape[2] else np.zeros(len(problem))
     r3_advantages = None
-    if level == "ll":
+    if level == "ll" and mlmt.ll.adv_estimator == "value_baseline":
+        shaping = mlmt.value_shaping
+        task = vs.solver_rewards(turn, r3, scores["r3"][problem, attempt], shaping.symmetric_reward)
+    elif level == "ll":
         task = np.where(turn == 1, turn1_task_rewards(r1, stage), turn3_task_rewards(r1, r3, stage))
+    elif mlmt.reward.hl_reward == "value_shaped":
+        shaping = mlmt.value_shaping
+        task = vs.shaped_hl_scores(r3, feedback_values, shaping.value_coef, shaping.symmetric_reward)
     else:
         reward, r_ref = mlmt.reward, reference_scores(scores, problem, attempt, feedback)
         task = hl_scores(r1, r3, reward.hl_reward, stage, reward.contrastive_lambda, r_ref)
@@ -275,6 +285,8 @@ def level_advantages(
     estimator = mlmt[level].adv_estimator
 
     def estimate(rewards: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        if estimator == "value_baseline":
+            return vs.value_baseline_advantages(rewards, values, response_mask)
         token_rewards = place_on_last_token(rewards, response_mask)
         return compute_advantages(estimator, token_rewards, response_mask, index, algorithm, values)
 
