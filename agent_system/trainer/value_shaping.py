@@ -110,12 +110,12 @@ def critic_loss(config: Any, model_output, data, dp_group=None, *, value_coef: f
     """
     loss, metrics = vc.value_loss(config, model_output, data, dp_group)
     if value_grad == "stop":
-        metrics[EXTRA_LOSS_METRIC] = 0.0
+        metrics[EXTRA_LOSS_METRIC] = vc.Metric(aggregation="sum", value=0.0)
         return loss, metrics
     vpreds = vc.no_padding_2_padding(model_output["values"], data)  # (b, R)
     weights = data[HL_LOG_PROB_WEIGHT].to(vpreds.device)
     term = hl_value_grad_term(vpreds[:, 0], weights, value_coef) * data["dp_size"]
-    metrics[EXTRA_LOSS_METRIC] = float(term.detach())
+    metrics[EXTRA_LOSS_METRIC] = vc.Metric(aggregation="sum", value=float(term.detach()))  # micro-batches add up
     return loss + term, metrics
 
 
