@@ -315,6 +315,8 @@ class MLMTTrainer:
             f"{level}/response_length": float(lengths.mean()),
             f"{level}/rows": len(batch),
         }
+        if (level == "ll" and self.mlmt.ll.adv_estimator == "value_baseline") or feedback_values is not None:
+            batch.meta_info["metrics"].update(vs.level_metrics(level, values, result.returns, feedback_values, mask))
         if result.r3_advantages is not None:
             # how far the HL reward moves the advantages from those of S2 = R3 (0: the shaping cancels in its groups)
             task_advantages = advantages + torch.as_tensor(result.kl_penalty, dtype=advantages.dtype)[:, None] * mask

@@ -176,3 +176,22 @@ def critic_weights(ll_batch: Any, hl_batch: Any) -> torch.Tensor:
     hl_log_probs = (hl_batch.batch["old_log_probs"] * hl_batch.batch["response_mask"].float()).sum(-1)
     weights = full_grad_weights(np.asarray(ll_batch.non_tensor_batch["turn"]), hl_log_probs.numpy())
     return torch.as_tensor(weights, dtype=torch.float32)
+
+
+def level_metrics(
+    level: str, values: torch.Tensor | None, returns: torch.Tensor, feedback_values: np.ndarray | None, mask
+) -> dict[str, float]:
+    """What the shaping put into a level's advantages, token-weighted like ``<level>/advantage_mean``.
+
+    LL (value_baseline): ``ll/return_mean`` (R) and ``ll/value_baseline_mean`` (V(prompt)), so that
+    advantage_mean = return_mean − value_baseline_mean. HL (value_shaped): ``hl/feedback_value_mean``, the mean
+    V(x, z, g) of the feedbacks (row mean).
+    """
+    mask = mask.float()
+    tokens = mask.sum()
+    if level == "hl":
+        return {"hl/feedback_value_mean": float(np.mean(feedback_values))}
+    return {
+        "ll/return_mean": float((returns * mask).sum() / tokens),
+        "ll/value_baseline_mean": float((values[:, :1] * mask).sum() / tokens),
+    }
