@@ -193,9 +193,12 @@ def compute_advantages(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Advantages and returns, each (B, R), from verl's registered estimator ``estimator``.
 
-    ``gae`` (PPO) needs the critic's ``values`` (B, R); the others are critic-free. ``config`` is verl's
+    ``gae`` (PPO) and ``value_baseline`` need the critic's ``values`` (B, R); the others are critic-free. ``config`` is verl's
     ``algorithm`` section (gamma, lam, norm_adv_by_std_in_grpo).
     """
+    if estimator == "value_baseline":  # R − V(prompt) on every token (value_shaping.py)
+        rewards = (token_level_rewards * response_mask).sum(-1).numpy()
+        return vs.value_baseline_advantages(rewards, values, response_mask)
     fn = core_algos.get_adv_estimator_fn(estimator)
     if estimator == "gae":
         if values is None:
@@ -285,8 +288,6 @@ def level_advantages(
     estimator = mlmt[level].adv_estimator
 
     def estimate(rewards: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
-        if estimator == "value_baseline":
-            return vs.value_baseline_advantages(rewards, values, response_mask)
         token_rewards = place_on_last_token(rewards, response_mask)
         return compute_advantages(estimator, token_rewards, response_mask, index, algorithm, values)
 

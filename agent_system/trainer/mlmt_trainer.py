@@ -238,7 +238,7 @@ class MLMTTrainer:
                 self.groups[level].sync_weights(self.global_step)
             return metrics
 
-        if self.mlmt.reward.hl_reward == "value_shaped":
+        if self.mlmt.reward.get("hl_reward") == "value_shaped":
             # the HL's reward reads the LL's critic (one thread: they share no worker group otherwise) before its
             # update; with value_grad=full the critic's loss reads the HL's log-probs
             batches = {level: build(level) for level in levels}

@@ -1,7 +1,10 @@
 """Bi-level value shaping (recipes/value_shaping) through ``python -m verl.trainer.main_mlmt`` with tiny models.
 
-Two runs with the same seed, ``mlmt.value_shaping.value_grad=stop`` and ``=full``, 2 steps each (hf rollout servers
-at both levels, the symmetric reward R ∈ {−1, +1}). The variants differ where they should and only there:
+Two runs, ``mlmt.value_shaping.value_grad=stop`` and ``=full``, 2 steps each (hf rollout servers at both levels, the
+symmetric reward R ∈ {−1, +1}), made reproducible across runs: greedy decoding (``top_k=1`` at temperature 1, so
+log-probs stay those of the sampled policy; the hf server's sampling depends on how concurrent requests are batched)
+and a critic checkpoint with a saved value head (verl would initialise a missing one from an unseeded RNG). The
+variants differ where they should and only there:
 
 * step 1: the same episodes, the same V (the critic's pre-update weights), so the same solver and HL advantages
   and the same MSE part of the critic's loss; the critic's extra loss term (the HL objective's gradient into V) is
@@ -16,7 +19,7 @@ is R3 + c·V(x, z, g).
 from __future__ import annotations
 
 import pytest
-from mlmt_run import run_main
+from mlmt_run import run_main, trajectories
 
 pytestmark = pytest.mark.e2e
 
@@ -24,7 +27,21 @@ COEF = 0.5
 SAME_EPISODES = ("train/acc@t1", "train/acc@t3", "train/generated_tokens", "train/hl_feedback_length")
 
 
-def _run(tiny_models, tmp_path, value_grad: str) -> dict[int, dict[str, float]]:
+@pytest.fixture
+def critic_path(tiny_models, tmp_path):
+    """The solver's tiny model with a seeded value head (num_labels = 1), saved: the same V in both runs."""
+    import torch
+    from transformers import AutoModelForTokenClassification, AutoTokenizer
+
+    out = tmp_path / "critic"
+    torch.manual_seed(0)
+    model = AutoModelForTokenClassification.from_pretrained(tiny_models["ll"], num_labels=1)
+    model.save_pretrained(out)
+    AutoTokenizer.from_pretrained(tiny_models["ll"]).save_pretrained(out)
+    return out
+
+
+def _run(tiny_models, critic_path, tmp_path, value_grad: str) -> dict[int, dict[str, float]]:
     return run_main(
         tmp_path / value_grad,
         [
@@ -50,14 +67,19 @@ def _run(tiny_models, tmp_path, value_grad: str) -> dict[int, dict[str, float]]:
             f"mlmt.value_shaping.value_coef={COEF}",
             f"mlmt.value_shaping.value_grad={value_grad}",
             "mlmt.value_shaping.symmetric_reward=true",
+            f"critic.model.path={critic_path}",
             "critic.optim.lr=1e-2",
+            "actor_rollout_ref.rollout.top_k=1",
+            "hl.rollout.top_k=1",
         ],
         timeout=600,
     )
 
 
-def test_stop_and_full_grad_differ_only_in_the_critic(tiny_models, tmp_path):
-    runs = {grad: _run(tiny_models, tmp_path, grad) for grad in ("stop", "full")}
+def test_stop_and_full_grad_differ_only_in_the_critic(tiny_models, critic_path, tmp_path):
+    runs = {grad: _run(tiny_models, critic_path, tmp_path, grad) for grad in ("stop", "full")}
+    for step in (1, 2):  # the same episodes in both runs
+        assert trajectories(tmp_path / "stop", step) == trajectories(tmp_path / "full", step), step
     for grad, metrics in runs.items():
         for step in (1, 2):
             m = metrics[step]

@@ -312,7 +312,7 @@ def test_every_accepted_estimator_computes():
     values = torch.zeros(MASK.shape)
     for estimator in ESTIMATORS:
         advantages, returns = adv.compute_advantages(
-            estimator, _token_rewards(), MASK, INDEX, AlgoConfig(), values if estimator == "gae" else None
+            estimator, _token_rewards(), MASK, INDEX, AlgoConfig(), values if estimator in ("gae", "value_baseline") else None
         )
         assert advantages.shape == MASK.shape and returns.shape == MASK.shape
 
