@@ -193,8 +193,8 @@ def compute_advantages(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Advantages and returns, each (B, R), from verl's registered estimator ``estimator``.
 
-    ``gae`` (PPO) and ``value_baseline`` need the critic's ``values`` (B, R); the others are critic-free. ``config`` is verl's
-    ``algorithm`` section (gamma, lam, norm_adv_by_std_in_grpo).
+    ``gae`` (PPO) and ``value_baseline`` need the critic's ``values`` (B, R); the others are critic-free. ``config``
+    is verl's ``algorithm`` section (gamma, lam, norm_adv_by_std_in_grpo).
     """
     if estimator == "value_baseline":  # R − V(prompt) on every token (value_shaping.py)
         rewards = (token_level_rewards * response_mask).sum(-1).numpy()
