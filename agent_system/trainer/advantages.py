@@ -31,6 +31,8 @@ import numpy as np
 import torch
 from verl.trainer.ppo import core_algos
 
+from agent_system.trainer import value_shaping as vs
+
 
 @dataclass(frozen=True)
 class Stage:
@@ -191,15 +193,18 @@ def compute_advantages(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Advantages and returns, each (B, R), from verl's registered estimator ``estimator``.
 
-    ``gae`` (PPO) needs the critic's ``values`` (B, R); ``archer`` takes ``values`` as the advantages (the
-    utterance critic's signal of each row on its tokens, ``utterance_critic.py``); the others are critic-free.
-    ``config`` is verl's ``algorithm`` section (gamma, lam, norm_adv_by_std_in_grpo).
+    ``gae`` (PPO) and ``value_baseline`` need the critic's ``values`` (B, R); ``archer`` takes ``values`` as the
+    advantages (the utterance critic's signal of each row on its tokens, ``utterance_critic.py``); the others are
+    critic-free. ``config`` is verl's ``algorithm`` section (gamma, lam, norm_adv_by_std_in_grpo).
     """
     if estimator == "archer":  # the utterance critic's per-row signal, already on every response token
         if values is None:
             raise ValueError("adv_estimator=archer needs the utterance critic's values")
         signal = values * response_mask
         return signal, signal
+    if estimator == "value_baseline":  # R − V(prompt) on every token (value_shaping.py)
+        rewards = (token_level_rewards * response_mask).sum(-1).numpy()
+        return vs.value_baseline_advantages(rewards, values, response_mask)
     fn = core_algos.get_adv_estimator_fn(estimator)
     if estimator == "gae":
         if values is None:
@@ -249,6 +254,7 @@ def level_advantages(
     response_mask: torch.Tensor,
     values: torch.Tensor | None = None,
     hl_extra: np.ndarray | None = None,
+    feedback_values: np.ndarray | None = None,
 ) -> LevelAdvantages:
     """Task rewards → the level's estimator over its groups → minus β·KL: the advantages the level is updated with.
 
@@ -263,6 +269,7 @@ def level_advantages(
         response_mask: (N, R).
         values: (N, R) critic values for ``gae``; the utterance critic's signal for ``archer``.
         hl_extra: (N,) extra HL score (the confidence term), added to S2.
+        feedback_values: (N,) V(x, z, g) of each feedback, for ``hl_reward=value_shaped`` (value_shaping.py).
     """
     problem, attempt = np.asarray(rows["problem"]), np.asarray(rows["attempt"])
     feedback, turn = np.asarray(rows["feedback"]), np.asarray(rows["turn"])
@@ -270,8 +277,14 @@ def level_advantages(
     # mlmt.feedback=none: no turn 3 (r3 is (B, n, 0)); every row is a turn-1 row
     r3 = scores["r3"][problem, attempt, feedback] if scores["r3"].shape[2] else np.zeros(len(problem))
     r3_advantages = None
-    if level == "ll":
+    if level == "ll" and mlmt.ll.adv_estimator == "value_baseline":
+        shaping = mlmt.value_shaping
+        task = vs.solver_rewards(turn, r3, scores["r3"][problem, attempt], shaping.symmetric_reward)
+    elif level == "ll":
         task = np.where(turn == 1, turn1_task_rewards(r1, stage), turn3_task_rewards(r1, r3, stage))
+    elif mlmt.reward.hl_reward == "value_shaped":
+        shaping = mlmt.value_shaping
+        task = vs.shaped_hl_scores(r3, feedback_values, shaping.value_coef, shaping.symmetric_reward)
     else:
         reward, r_ref = mlmt.reward, reference_scores(scores, problem, attempt, feedback)
         task = hl_scores(r1, r3, reward.hl_reward, stage, reward.contrastive_lambda, r_ref)

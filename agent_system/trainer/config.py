@@ -19,8 +19,8 @@ logger = logging.getLogger(__name__)
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "mlmt-configs"
 CPU_OVERLAY = CONFIG_DIR / "overlays" / "cpu.yaml"
 LEVELS = ("ll", "hl")
-ESTIMATORS = ("grpo", "rloo", "reinforce", "reinforce_plus_plus", "gae", "archer")  # archer: the LL only
-HL_REWARDS = ("r3", "progress", "contrastive")
+ESTIMATORS = ("grpo", "rloo", "reinforce", "reinforce_plus_plus", "gae", "archer", "value_baseline")  # archer: LL only
+HL_REWARDS = ("r3", "progress", "contrastive", "value_shaped")
 FEEDBACK_SOURCES = ("model", "self", "none")  # mlmt.feedback: the HL, self-correction (SCoRe), single turn
 CONTRASTIVE_REFERENCES = ("lagged_snapshot", "no_feedback")
 GROUP_ESTIMATORS = ("grpo", "rloo")  # baselines from the row's own group: a term constant in the group cancels
@@ -158,6 +158,11 @@ def validate_config(config: DictConfig) -> None:
     if any(s not in (1, 2) for s in stages.stage_ids):
         raise ConfigError(f"mlmt.stages.stage_ids must contain 1 or 2 (got {list(stages.stage_ids)})")
     _reject_inert(config)
+    from agent_system.trainer.value_shaping import config_errors
+
+    errors = config_errors(config)
+    if errors:
+        raise ConfigError("; ".join(errors))
     if not has_hl(config):
         _check_without_hl(config)
     for level, policy in (("ll", config.actor_rollout_ref), ("hl", config.hl))[: 2 if has_hl(config) else 1]:

@@ -18,6 +18,7 @@ from verl import DataProto
 
 from agent_system import verl_compat as vc
 from agent_system.trainer.policy import flatten_metrics, mini_batch_size, pad_to_multiple, to_padding_free, unpad_rows
+from agent_system.trainer.value_shaping import critic_loss
 
 
 class CriticGroup:
@@ -28,6 +29,12 @@ class CriticGroup:
         self.temperature = view.actor_rollout_ref.rollout.temperature
         self.critic_config = critic_config(view)
         self.worker_group = worker_group
+        shaping = view.mlmt.value_shaping
+        self.loss_fn = partial(vc.value_loss, config=self.critic_config)
+        if level == "ll" and view.mlmt.reward.hl_reward == "value_shaped":  # the HL's reward reads this critic
+            self.loss_fn = partial(
+                critic_loss, config=self.critic_config, value_coef=shaping.value_coef, value_grad=shaping.value_grad
+            )
 
     @staticmethod
     def worker_class(view: DictConfig) -> Any:
@@ -44,7 +51,7 @@ class CriticGroup:
 
     def init(self) -> None:
         self.worker_group.reset()
-        self.worker_group.set_loss_fn(partial(vc.value_loss, config=self.critic_config))
+        self.worker_group.set_loss_fn(self.loss_fn)
 
     def _tensordict(self, batch: DataProto, **meta: Any):
         return to_padding_free(batch, temperature=self.temperature, **meta)

@@ -161,7 +161,7 @@ def build_trainer(config: DictConfig):
         tokenizers["hl"] = AutoTokenizer.from_pretrained(config.hl.model.path)
     prompts = PromptBuilder(dict(config.mlmt.prompts.overrides), config.mlmt.prompts.min_quote_tokens)
     check_prompt_budget(config, prompts, tokenizers, {"data.train_files": train_frame, "data.val_files": val_frame})
-    critic_levels = tuple(level for level in tokenizers if config.mlmt[level].adv_estimator == "gae")
+    critic_levels = tuple(lv for lv in tokenizers if config.mlmt[lv].adv_estimator in ("gae", "value_baseline"))
     groups, critics = build_workers(config, use_ref, critic_levels)
     for group in groups.values():
         group.init()

@@ -34,6 +34,7 @@ from agent_system.multi_turn_rollout.episode import Episode, EpisodeRunner, Epis
 from agent_system.prompts.templates import Task
 from agent_system.trainer import advantages as adv
 from agent_system.trainer import state as st
+from agent_system.trainer import value_shaping as vs
 from agent_system.trainer.metrics import episode_metrics, plot_history, trajectory_records
 from agent_system.trainer.schedule import levels_to_update
 from agent_system.trainer.stop_request import STOP_REQUEST
@@ -237,6 +238,13 @@ class MLMTTrainer:
                 self.groups[level].sync_weights(self.global_step)
             return metrics
 
+        if self.mlmt.reward.get("hl_reward") == "value_shaped":
+            # the HL's reward reads the LL's critic (one thread: they share no worker group otherwise) before its
+            # update; with value_grad=full the critic's loss reads the HL's log-probs
+            batches = {level: build(level) for level in levels}
+            if self.mlmt.value_shaping.value_grad == "full":
+                batches["ll"].batch[vs.HL_LOG_PROB_WEIGHT] = vs.critic_weights(batches["ll"], batches["hl"])
+            return {k: v for level in levels for k, v in update(level, batches[level]).items()}
         if len(levels) < 2 or not concurrent or self.mlmt.placement != "split":
             return {k: v for level in levels for k, v in update(level, build(level)).items()}
         with ThreadPoolExecutor(max_workers=len(levels), thread_name_prefix="mlmt_level") as pool:
@@ -274,9 +282,11 @@ class MLMTTrainer:
         archer_metrics = {}
         if self.mlmt[level].adv_estimator == "archer":  # ArCHer: the utterance critic trains, then scores the rows
             values, archer_metrics = self.critics["archer"].advantage_values(episodes, scores, rows, mask)
-        hl_extra = None
+        hl_extra, feedback_values = None, None
         if level == "hl" and self.mlmt.reward.confidence_lambda > 0:
             hl_extra = self.confidence_terms(problems, episodes, rows)
+        if level == "hl" and self.mlmt.reward.hl_reward == "value_shaped":
+            feedback_values = self.feedback_values(episodes)
         result = adv.level_advantages(
             level,
             rows,
@@ -288,6 +298,7 @@ class MLMTTrainer:
             batch.batch["response_mask"],
             values,
             hl_extra,
+            feedback_values,
         )
         advantages, rewards = result.advantages, result.task_rewards
         batch.batch["advantages"] = advantages
@@ -308,6 +319,8 @@ class MLMTTrainer:
             f"{level}/rows": len(batch),
         }
         batch.meta_info["metrics"].update(archer_metrics)
+        if (level == "ll" and self.mlmt.ll.adv_estimator == "value_baseline") or feedback_values is not None:
+            batch.meta_info["metrics"].update(vs.level_metrics(level, values, result.returns, feedback_values, mask))
         if result.r3_advantages is not None:
             # how far the HL reward moves the advantages from those of S2 = R3 (0: the shaping cancels in its groups)
             task_advantages = advantages + torch.as_tensor(result.kl_penalty, dtype=advantages.dtype)[:, None] * mask
@@ -322,6 +335,15 @@ class MLMTTrainer:
         update = self.groups[level].update_actor(batch)
         metrics.update({f"{level}/{k.removeprefix('actor/')}": v for k, v in update.items()})
         return metrics
+
+    def feedback_values(self, episodes: list[Episode]) -> np.ndarray:
+        """V(x, z, g) of each HL row: the solver critic's value of the turn-3 prompt the feedback leads to (position 0
+        of the turn-3 row); the LL's turn-3 rows are in the HL rows' order (one per feedback)."""
+        rows = _level_rows("ll", episodes)
+        turn3 = [i for i, turn in enumerate(rows["turn"]) if turn == 3]
+        prompts = [rows["prompts"][i] for i in turn3]
+        batch = build_rows(prompts, [rows["responses"][i] for i in turn3], padding_id(self.tokenizers["ll"]))
+        return self.critics["ll"].compute_values(batch)[:, 0].numpy()
 
     def confidence_terms(self, problems, episodes: list[Episode], rows: dict[str, list]) -> np.ndarray:
         """Per HL row: λ·clip(mean log p_LL(y*|x,z,g) − mean log p_LL(y*|x,z)), y* = the dataset's reference.

@@ -192,7 +192,7 @@ def pad_to_multiple(batch: DataProto, divisor: int) -> tuple[DataProto, int]:
     """
     padded, pad = vc.pad_dataproto_to_divisor(batch, divisor)
     if pad:
-        for key in ("response_mask", "advantages"):
+        for key in ("response_mask", "advantages", "hl_log_prob_weight"):  # the last: value_shaping.HL_LOG_PROB_WEIGHT
             if key in padded.batch.keys():
                 padded.batch[key][-pad:] = 0
     return padded, pad

@@ -223,3 +223,28 @@ def test_compare_budget_composes_with_each_baseline(name, tmp_path):
     assert config.trainer.total_training_steps == 4 and config.data.train_batch_size == 2
     assert config.data.train_files is None and config.data.max_response_length == 64  # the embedded task
     assert list(config.mlmt.stages.schedule) == ([0, 3] if stages else [0])
+
+
+@pytest.mark.parametrize("value_grad", ["stop", "full"])
+def test_value_shaping_script_composes_each_variant(value_grad, tmp_path):
+    """recipes/value_shaping: VALUE_GRAD selects the variant; the rest is the same run."""
+    overrides = _script_argv(
+        "../recipes/value_shaping/run_value_shaping.sh", tmp_path, {"VALUE_GRAD": value_grad, "VALUE_COEF": "0.3"}
+    )
+    config = compose_config(overrides)
+    validate_config(config)
+    assert config.actor_rollout_ref.model.path == config.hl.model.path == LLAMA
+    assert config.data.train_files == "data/math/train.parquet"
+    expected = {
+        "mlmt.feedback": "model",
+        "mlmt.ll.adv_estimator": "value_baseline",
+        "mlmt.hl.adv_estimator": "reinforce",
+        "mlmt.reward.hl_reward": "value_shaped",
+        "mlmt.value_shaping.value_grad": value_grad,
+        "mlmt.value_shaping.value_coef": 0.3,
+        "mlmt.value_shaping.symmetric_reward": True,
+        "trainer.project_name": "mlmt_baselines",
+        "trainer.experiment_name": f"value_shaping_{value_grad}",
+    }
+    for key, value in expected.items():
+        assert _select(config, key) == value, key

@@ -311,8 +311,9 @@ def test_every_accepted_estimator_computes():
 
     values = torch.zeros(MASK.shape)
     for estimator in ESTIMATORS:
+        critic_values = values if estimator in ("gae", "archer", "value_baseline") else None
         advantages, returns = adv.compute_advantages(
-            estimator, _token_rewards(), MASK, INDEX, AlgoConfig(), values if estimator in ("gae", "archer") else None
+            estimator, _token_rewards(), MASK, INDEX, AlgoConfig(), critic_values
         )
         assert advantages.shape == MASK.shape and returns.shape == MASK.shape
 
