@@ -1,4 +1,4 @@
-"""Convert MATH, MATH-500, GSM8K and MBPP to verl's RL parquet schema (see agent_system/data/schema.py).
+"""Convert MATH, MATH-500, GSM8K, MBPP and YAML-defined tasks to verl's RL parquet schema (agent_system/data/schema.py).
 
 Usage::
 
@@ -181,7 +181,8 @@ def preprocess(
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--dataset", required=True, choices=sorted([*DATASETS, "yaml"]), help="which dataset to convert")
+    datasets = sorted([*DATASETS, "yaml"])
+    parser.add_argument("--dataset", required=True, choices=datasets, help="dataset (yaml: a task file)")
     parser.add_argument("--input", default=None, help="local JSONL/parquet file or folder (default: the HF hub)")
     parser.add_argument("--output", required=True, help="output .parquet path")
     parser.add_argument("--split", default=None, help="keep (local) or load (hub) only this split")

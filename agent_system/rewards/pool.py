@@ -9,7 +9,8 @@ worker; a worker that overruns the limit is killed and replaced, and its item sc
 Items of a YAML-defined task (data source ``yaml_task``) go to the workers in batches of
 :data:`agent_system.rewards.yaml_reward.BATCH_SIZE`: one sandbox run grades a batch (the limit then applies to the
 batch). Responses that such a task's functions failed on (an exception, a timeout, a non-number) score 0 and are
-counted: one warning per :meth:`RewardPool.score` call gives the count and the first errors; ``yaml_failures`` sums them.
+counted: one warning per :meth:`RewardPool.score` call gives the count and the first errors; ``yaml_failures``
+sums them.
 """
 
 from __future__ import annotations

@@ -41,7 +41,7 @@ BATCH_SIZE = 16  # responses per sandbox run when RewardPool grades yaml_task it
 
 # Runs in the sandbox (standard library only). The task's sources are defined one by one, each in its own namespace
 # under its own file name, so an error names the function; a source that fails to define is reported per call.
-_DRIVER = r'''
+_DRIVER = r"""
 import json as _mlmt_json
 import math as _mlmt_math
 
@@ -110,7 +110,7 @@ def _mlmt_grade(payload):
     except _MlmtError as exc:
         out["error"] = str(exc)
     return out
-'''
+"""
 
 
 @dataclass(frozen=True)
@@ -181,9 +181,7 @@ def _run(sources: dict[str, str], requests: list[Request], modes: dict, limits: 
     ``error`` with the request's label)."""
     if "score_fn" not in sources and modes["score"]:
         raise ValueError("the task's sources have no score_fn")
-    payloads = [
-        json.dumps({"context": r.context, "pieces": _pieces(r), "answer": r.answer, **modes}) for r in requests
-    ]
+    payloads = [json.dumps({"context": r.context, "pieces": _pieces(r), "answer": r.answer, **modes}) for r in requests]
     program = _DRIVER % json.dumps({name: src for name, src in sources.items() if src})
     result = run_calls(program, [f"_mlmt_grade({payload!r})" for payload in payloads], _limits(limits, len(requests)))
     outs = []
