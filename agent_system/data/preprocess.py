@@ -1,4 +1,4 @@
-"""Convert MATH, MATH-500, GSM8K and MBPP to verl's RL parquet schema (see agent_system/data/schema.py).
+"""Convert MATH, MATH-500, GSM8K, MBPP and YAML-defined tasks to verl's RL parquet schema (agent_system/data/schema.py).
 
 Usage::
 
@@ -13,6 +13,9 @@ Usage::
         --output data/mbpp/test.parquet
     python -m agent_system.data.preprocess --dataset mbpp_sanitized --input /work/shared/data/mbpp \
         --output data/mbpp_sanitized/all.parquet
+    # a task defined in YAML (recurve's format, agent_system/data/yaml_task.py); --split labels the rows (default train)
+    python -m agent_system.data.preprocess --dataset yaml --input recipes/custom_yaml/arith_words.yaml \
+        --output data/custom_yaml/arith_words.parquet
     # from the Hugging Face hub (online machines only): leave out --input
     python -m agent_system.data.preprocess --dataset gsm8k --split test --output data/gsm8k/test.parquet
 
@@ -35,6 +38,7 @@ from tqdm import tqdm
 
 from agent_system.data.schema import DataFormatError, RowError, write_parquet_atomic
 from agent_system.data.sources import DATASETS, DatasetSpec
+from agent_system.data.yaml_task import load_task, task_rows
 
 logger = logging.getLogger(__name__)
 
@@ -128,7 +132,8 @@ def preprocess(
     """Converts one dataset to a verl parquet file.
 
     Args:
-        dataset: One of ``math``, ``math500``, ``gsm8k``, ``mbpp``, ``mbpp_sanitized``.
+        dataset: One of ``math``, ``math500``, ``gsm8k``, ``mbpp``, ``mbpp_sanitized``, ``yaml`` (a task file:
+            ``input_path`` is the YAML file; :mod:`agent_system.data.yaml_task`).
         output: Destination ``.parquet`` path.
         input_path: Local JSONL/parquet file or folder; None reads the Hugging Face hub.
         split: Keep only this split (local) or load this split (hub).
@@ -142,8 +147,13 @@ def preprocess(
         DataFormatError: On the first bad record, unless ``skip_bad_rows``.
         ValueError: If no row is left to write.
     """
+    if dataset == "yaml":
+        if not input_path:
+            raise ValueError("--dataset yaml needs --input TASK.yaml")
+        rows = task_rows(load_task(input_path), split or "train", limit)
+        return write_parquet_atomic(rows, output), len(rows), []
     if dataset not in DATASETS:
-        raise ValueError(f"unknown dataset {dataset!r}; choose from {sorted(DATASETS)}")
+        raise ValueError(f"unknown dataset {dataset!r}; choose from {sorted([*DATASETS, 'yaml'])}")
     spec = DATASETS[dataset]
     records = _local_records(input_path, spec, split) if input_path else _hub_records(spec, split)
     rows, bad = [], []
@@ -171,7 +181,8 @@ def preprocess(
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--dataset", required=True, choices=sorted(DATASETS), help="which dataset to convert")
+    datasets = sorted([*DATASETS, "yaml"])
+    parser.add_argument("--dataset", required=True, choices=datasets, help="dataset (yaml: a task file)")
     parser.add_argument("--input", default=None, help="local JSONL/parquet file or folder (default: the HF hub)")
     parser.add_argument("--output", required=True, help="output .parquet path")
     parser.add_argument("--split", default=None, help="keep (local) or load (hub) only this split")

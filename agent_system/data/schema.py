@@ -4,7 +4,7 @@ A row::
 
     {"data_source": "math",
      "prompt": [{"role": "user", "content": <raw problem, no instruction suffix>}],
-     "ability": "math" | "code",
+     "ability": "math" | "code" | "custom",
      "reward_model": {"style": "rule", "ground_truth": <str>},
      "extra_info": {"index": int, "split": str, "reference_solution": str, "question": str, ...}}
 """
@@ -16,7 +16,7 @@ import tempfile
 
 import pandas as pd
 
-ABILITIES = ("math", "code")
+ABILITIES = ("math", "code", "custom")  # custom: a task defined in YAML (agent_system.data.yaml_task)
 REQUIRED_EXTRA_KEYS = ("index", "split", "reference_solution")
 
 

@@ -1,6 +1,6 @@
 """Prompt templates of the three MLMT turns, chosen by the row's data source, with quotes shortened to fit the budget.
 
-Two families, selected by the row's ``data_source`` (:func:`agent_system.rewards.scoring.task_kind`):
+Three families, selected by the row's ``data_source`` (:func:`agent_system.rewards.scoring.task_kind`):
 
 * math (``math``, ``math500``, ``gsm8k``, ``arith``): ``solve`` (turn 1: step-by-step work and a final ``\\boxed{}``),
   ``feedback`` (turn 2: a math tutor names mistakes and gives hints, does not solve), ``refine`` (turn 3: problem +
@@ -11,6 +11,9 @@ Two families, selected by the row's ``data_source`` (:func:`agent_system.rewards
   failing test or the error, from the project's sandbox, as the original did, MLMT_SPEC §1.3), ``code_refine`` and
   ``code_refine_no_feedback``. Which tests the solver sees is the data's choice: an MBPP row's problem shows its
   first test as an example of the function's name and signature (``agent_system.data.sources``).
+* yaml (``yaml_task``, a task defined in YAML): ``yaml_solve`` is the row's prompt itself (the task's ``main_prompt``
+  and item prompt carry the instruction, as in recurve), ``yaml_feedback`` (a reviewer: what is wrong or missing, no
+  answer), ``yaml_refine`` and ``yaml_refine_no_feedback`` (answer again, in the form the task asks for).
 
 The HL never sees the ground truth. Override any template with ``mlmt.prompts.overrides.<name>``; an override may
 use the placeholders of the template it replaces (:data:`FIELDS`).
@@ -73,7 +76,23 @@ CODE_TEMPLATES = {
         "```python code block."
     ),
 }
-TEMPLATES = {**MATH_TEMPLATES, **CODE_TEMPLATES}
+YAML_TEMPLATES = {  # tasks defined in YAML (agent_system/data/yaml_task.py): the task's own prompt is the instruction
+    "yaml_solve": "{problem}",
+    "yaml_feedback": (
+        "You are an expert reviewer. Someone answered the task below. Point out what is wrong or missing in the "
+        "response and give short, concrete hints to improve it. Do not write the answer yourself.\n\n"
+        "Task: {problem}\n\nResponse:\n{attempt}\n\nFeedback:"
+    ),
+    "yaml_refine": (
+        "{problem}\n\nYour previous response:\n{attempt}\n\nFeedback from a reviewer:\n{feedback}\n\n"
+        "Use the feedback to answer the task again, in the form the task asks for."
+    ),
+    "yaml_refine_no_feedback": (
+        "{problem}\n\nYour previous response:\n{attempt}\n\n"
+        "Check your response for mistakes and answer the task again, in the form the task asks for."
+    ),
+}
+TEMPLATES = {**MATH_TEMPLATES, **CODE_TEMPLATES, **YAML_TEMPLATES}
 TURNS = ("solve", "feedback", "refine", "refine_no_feedback")
 LEVEL_OF_TURN = {"solve": "ll", "feedback": "hl", "refine": "ll", "refine_no_feedback": "ll"}  # who reads the prompt
 QUOTES = ("attempt", "feedback", "execution")  # the texts that are shortened to fit the budget
@@ -86,9 +105,13 @@ FIELDS = {  # the placeholders each template (and its override) may use
     "code_feedback": {"problem", "attempt", "execution"},
     "code_refine": {"problem", "attempt", "feedback"},
     "code_refine_no_feedback": {"problem", "attempt"},
+    "yaml_solve": {"problem"},
+    "yaml_feedback": {"problem", "attempt"},
+    "yaml_refine": {"problem", "attempt", "feedback"},
+    "yaml_refine_no_feedback": {"problem", "attempt"},
 }
 ELISION = "\n[... {n} tokens omitted ...]\n"
-KINDS = ("math", "code")
+KINDS = ("math", "code", "yaml")
 
 
 def template_fields(template: str) -> set[str]:
@@ -122,7 +145,7 @@ class Task:
     grades it (the code path runs the attempt against ``ground_truth``'s tests for the feedback writer)."""
 
     problem: str
-    kind: str  # "math" | "code"
+    kind: str  # "math" | "code" | "yaml"
     ground_truth: Any = None
     extra_info: dict = field(default_factory=dict)
 

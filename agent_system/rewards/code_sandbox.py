@@ -203,20 +203,8 @@ def _summarise(events: list, n_tests: int, run_error: str | None) -> tuple[list[
     return passed, first_failure, run_error if not done else None
 
 
-def run_tests(code: str, tests: list[str], setup_code: str = "", limits: SandboxLimits | None = None) -> SandboxResult:
-    """Runs ``code`` followed by each test statement in a fresh sandbox.
-
-    Args:
-        code: The candidate program.
-        tests: Test statements (MBPP's ``assert f(x) == y`` lines), run one by one in the program's namespace.
-        setup_code: Code run after the program and before the tests (MBPP's ``test_setup_code``, or the
-            sanitized set's ``test_imports``).
-        limits: Resource limits; defaults to :class:`SandboxLimits`.
-
-    Returns:
-        The per-test outcome, the first failure message and any run-level error.
-    """
-    limits = limits or SandboxLimits()
+def _run_job(code: str, setup_code: str, tests: list[str], calls: list[str], limits: SandboxLimits):
+    """Runs one harness job in a fresh sandbox; returns ``(events, run-level error, duration_s)``."""
     mode = isolation_mode()
     uid = random.SystemRandom().randrange(*_UID_RANGE)
     workdir = tempfile.mkdtemp(prefix="mlmt_sandbox_")
@@ -226,6 +214,7 @@ def run_tests(code: str, tests: list[str], setup_code: str = "", limits: Sandbox
         "code": code,
         "setup_code": setup_code or "",
         "tests": list(tests),
+        "calls": list(calls),
         "block_sockets": True,
         "limits": {
             "memory_mb": limits.memory_mb,
@@ -263,5 +252,68 @@ def run_tests(code: str, tests: list[str], setup_code: str = "", limits: Sandbox
             proc.stdout.close()
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+    return events, run_error, time.monotonic() - start
+
+
+def run_tests(code: str, tests: list[str], setup_code: str = "", limits: SandboxLimits | None = None) -> SandboxResult:
+    """Runs ``code`` followed by each test statement in a fresh sandbox.
+
+    Args:
+        code: The candidate program.
+        tests: Test statements (MBPP's ``assert f(x) == y`` lines), run one by one in the program's namespace.
+        setup_code: Code run after the program and before the tests (MBPP's ``test_setup_code``, or the
+            sanitized set's ``test_imports``).
+        limits: Resource limits; defaults to :class:`SandboxLimits`.
+
+    Returns:
+        The per-test outcome, the first failure message and any run-level error.
+    """
+    events, run_error, duration = _run_job(code, setup_code, tests, [], limits or SandboxLimits())
     passed, first_failure, error = _summarise(events, len(tests), run_error)
-    return SandboxResult(passed, first_failure, error, time.monotonic() - start)
+    return SandboxResult(passed, first_failure, error, duration)
+
+
+@dataclass
+class CallsResult:
+    """Outcome of :func:`run_calls`.
+
+    Attributes:
+        outcomes: Per call, ``("ok", value)``, ``("error", message)`` or ``("not run", reason)`` (the program failed,
+            or the run ended, e.g. at its wall-clock limit, before the call).
+        error: Run-level problem (``"timeout"``, ``"program error: ..."``, ...), else None.
+        duration_s: Wall-clock seconds of the run.
+    """
+
+    outcomes: list[tuple[str, object]] = field(default_factory=list)
+    error: str | None = None
+    duration_s: float = 0.0
+
+
+def run_calls(code: str, calls: list[str], limits: SandboxLimits | None = None) -> CallsResult:
+    """Runs ``code``, then evaluates each expression of ``calls`` in its namespace, all in one fresh sandbox.
+
+    Each call has the per-test limit (``limits.per_test_s``); the whole run ``limits.timeout_s``. A call's value must
+    be JSON-encodable (else that call reports an error).
+
+    Args:
+        code: The program defining what the calls use.
+        calls: Python expressions, evaluated in order.
+        limits: Resource limits; defaults to :class:`SandboxLimits`.
+
+    Returns:
+        One outcome per call and any run-level error.
+    """
+    events, run_error, duration = _run_job(code, "", [], calls, limits or SandboxLimits())
+    outcomes: list[tuple[str, object]] = [("not run", "")] * len(calls)
+    for event in events:
+        if "program_error" in event:
+            run_error = f"program error: {event['program_error']}"
+        elif "call" in event and 0 <= event["call"] < len(calls):
+            ok = bool(event.get("ok"))
+            outcomes[event["call"]] = ("ok", event.get("value")) if ok else ("error", str(event.get("msg", "")))
+    finished = any(event.get("done") for event in events)
+    if not finished and run_error is None:
+        run_error = "exited early"
+    reason = f"the sandbox run ended before this call ({run_error})"
+    outcomes = [(kind, reason) if kind == "not run" else (kind, value) for kind, value in outcomes]
+    return CallsResult(outcomes, run_error, duration)

@@ -5,6 +5,12 @@ runs :func:`agent_system.rewards.scoring.compute_score` in its main thread, so m
 timeouts work and gold parses are cached per worker. The parent hands one item at a time to an idle
 worker; a worker that overruns the limit is killed and replaced, and its item scores 0 with error
 ``"timeout"``. A worker that dies (e.g. a segfault in a C extension) is replaced the same way.
+
+Items of a YAML-defined task (data source ``yaml_task``) go to the workers in batches of
+:data:`agent_system.rewards.yaml_reward.BATCH_SIZE`: one sandbox run grades a batch (the limit then applies to the
+batch). Responses that such a task's functions failed on (an exception, a timeout, a non-number) score 0 and are
+counted: one warning per :meth:`RewardPool.score` call gives the count and the first errors; ``yaml_failures``
+sums them.
 """
 
 from __future__ import annotations
@@ -33,6 +39,9 @@ def _worker_main(conn: Connection, timeout_s: float, judge) -> None:
         if message is None:
             return
         index, item = message
+        if "batch" in item:
+            conn.send((index, _score_yaml_batch(item["batch"], limits)))
+            continue
         try:
             result = compute_score(
                 item["data_source"],
@@ -42,6 +51,7 @@ def _worker_main(conn: Connection, timeout_s: float, judge) -> None:
                 timeout_s=inner_s,
                 judge=judge,
                 sandbox_limits=limits,
+                prompt_str=item.get("prompt_str"),
             )
             result = {
                 "score": min(1.0, max(0.0, float(result["score"]))),
@@ -52,6 +62,28 @@ def _worker_main(conn: Connection, timeout_s: float, judge) -> None:
         except Exception as exc:  # a malformed item must not take the worker down
             result = _failed(f"{type(exc).__name__}: {exc}"[:300])
         conn.send((index, result))
+
+
+def _score_yaml_batch(items: list[dict], limits) -> list[dict]:
+    from agent_system.rewards.yaml_reward import score_batch
+
+    try:
+        results = score_batch(items, limits)
+    except Exception as exc:  # a malformed item must not take the worker down
+        return [_failed(f"{type(exc).__name__}: {exc}"[:300]) for _ in items]
+    return [{key: result[key] for key in ("score", "acc", "pred", "error")} for result in results]
+
+
+def _jobs(items: list[dict]) -> list[tuple[list[int], dict]]:
+    """The work units of a call: ``([index], item)``, or ``(indices, {"batch": items})`` for yaml_task items."""
+    from agent_system.rewards.yaml_reward import BATCH_SIZE, DATA_SOURCE
+
+    yaml = [i for i, item in enumerate(items) if item.get("data_source") == DATA_SOURCE]
+    jobs = [([i], item) for i, item in enumerate(items) if item.get("data_source") != DATA_SOURCE]
+    for start in range(0, len(yaml), BATCH_SIZE):
+        chunk = yaml[start : start + BATCH_SIZE]
+        jobs.append((chunk, {"batch": [items[i] for i in chunk]}))
+    return jobs
 
 
 def _failed(error: str) -> dict:
@@ -67,7 +99,7 @@ class _Worker:
         self.process.start()
         child_conn.close()
         self.ready = False
-        self.index: int | None = None
+        self.index: int | None = None  # the job (a position in RewardPool.score's list of jobs) it is busy with
         self.deadline = 0.0
 
     def kill(self) -> None:
@@ -102,6 +134,7 @@ class RewardPool:
         self._ctx = mp.get_context(start_method)
         self._workers = [_Worker(self._ctx, self.timeout_s, judge) for _ in range(num_workers)]
         self.num_restarts = 0
+        self.yaml_failures = 0  # yaml_task responses scored 0 on an error of the task's functions, over all calls
         self._startup_failures = 0
 
     def __enter__(self) -> RewardPool:
@@ -128,14 +161,15 @@ class RewardPool:
         if self._workers is None:
             raise RuntimeError("RewardPool is closed")
         results: list[dict | None] = [None] * len(items)
-        pending = list(range(len(items)))[::-1]
-        remaining = len(items)
+        jobs = _jobs(items)
+        pending = list(range(len(jobs)))[::-1]
+        remaining = len(jobs)
         while remaining:
             for worker in self._workers:
                 if worker.ready and worker.index is None and pending:
                     worker.index = pending.pop()
                     worker.deadline = time.monotonic() + self.timeout_s
-                    worker.conn.send((worker.index, items[worker.index]))
+                    worker.conn.send((worker.index, jobs[worker.index][1]))
             busy = [w.deadline for w in self._workers if w.index is not None]
             wait_s = max(0.0, min(busy) - time.monotonic()) if busy else 1.0
             ready_conns = wait([w.conn for w in self._workers], timeout=wait_s)
@@ -155,7 +189,8 @@ class RewardPool:
                             raise RuntimeError("reward workers keep dying before they are ready; see their stderr")
                     if message is not None:
                         index, result = message
-                        results[index] = result
+                        for position_in_job, item_index in enumerate(jobs[index][0]):
+                            results[item_index] = result[position_in_job] if isinstance(result, list) else result
                         remaining -= 1
                         worker.index = None
                         continue
@@ -165,11 +200,29 @@ class RewardPool:
                 else:
                     continue
                 if failed_index is not None:
-                    results[failed_index] = _failed(error)
+                    for item_index in jobs[failed_index][0]:
+                        results[item_index] = _failed(error)
                     remaining -= 1
                 logger.warning("reward worker %s (%s); replacing it", error, worker.process.pid)
                 self._replace(position)
+        self._report_yaml_failures(items, results)
         return results  # type: ignore[return-value]
+
+    def _report_yaml_failures(self, items: list[dict], results: list[dict | None]) -> None:
+        """One warning with the count of yaml_task responses scored 0 on an error, and the first errors."""
+        from agent_system.rewards.yaml_reward import DATA_SOURCE
+
+        yaml = [i for i, item in enumerate(items) if item.get("data_source") == DATA_SOURCE]
+        failed = [results[i]["error"] for i in yaml if results[i] and results[i].get("error")]
+        if failed:
+            self.yaml_failures += len(failed)
+            logger.warning(
+                "yaml_task grading: %d of %d responses scored 0 on an error (%d so far); first: %s",
+                len(failed),
+                len(yaml),
+                self.yaml_failures,
+                " | ".join(str(e)[:300] for e in failed[:3]),
+            )
 
     def close(self) -> None:
         """Stops the workers (idempotent)."""

@@ -1,10 +1,12 @@
-"""Child side of the code sandbox: runs one candidate program against its test asserts.
+"""Child side of the code sandbox: runs one candidate program against its test asserts (or evaluates calls).
 
 This file is never imported by the trainer. ``agent_system.rewards.code_sandbox`` reads its source and runs
 it as ``python -I -S -c <source>`` inside the sandbox (see that module for the isolation layers). The job
 arrives as JSON on stdin; results leave as one JSON line per event on a duplicate of the original stdout,
 each line prefixed with a random nonce so that text the candidate writes cannot pass for a result. The
-candidate's own stdout/stderr go to /dev/null. Only the standard library is used.
+candidate's own stdout/stderr go to /dev/null. Only the standard library is used. A job's optional ``calls`` are
+expressions evaluated one by one in the program's namespace (each under the per-test alarm); each reports its
+JSON-encodable value or its error (``agent_system.rewards.code_sandbox.run_calls``).
 """
 
 import ast
@@ -113,6 +115,16 @@ def main():
         report({"program_error": _describe_failure(exc, "<program>", namespace)})
         out.close()
         os._exit(0)
+    for index, call in enumerate(job.get("calls", [])):
+        try:
+            signal.setitimer(signal.ITIMER_REAL, stage_s)
+            try:
+                value = eval(compile(call, f"<call {index}>", "eval"), namespace)
+            finally:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+            report({"call": index, "ok": True, "value": value})
+        except BaseException as exc:  # noqa: B036 - a value json cannot encode lands here too
+            report({"call": index, "ok": False, "msg": "".join(traceback.format_exception_only(type(exc), exc))[:1000]})
     for index, test in enumerate(job["tests"]):
         try:
             _run_stage(test, f"<test {index}>", namespace, stage_s)

@@ -22,6 +22,7 @@ _KINDS = {
     "gsm8k": ("math", True),
     "arith": ("math", True),
     "mbpp": ("code", False),
+    "yaml_task": ("yaml", False),
 }
 _ALIASES = {
     "math": "math", "hendrycks_math": "math", "lighteval/MATH": "math", "DigitalLearningGmbH/MATH-lighteval": "math",
@@ -29,6 +30,7 @@ _ALIASES = {
     "math500": "math500", "math_500": "math500", "HuggingFaceH4/MATH-500": "math500",
     "gsm8k": "gsm8k", "openai/gsm8k": "gsm8k",
     "arith": "arith",
+    "yaml_task": "yaml_task",
     "mbpp": "mbpp", "mbpp_sanitized": "mbpp", "google-research-datasets/mbpp": "mbpp",
 }  # fmt: skip
 RESULT_KEYS = ("score", "acc", "pred", "error", "pass_rate", "first_failure")
@@ -47,7 +49,7 @@ def canonical_data_source(data_source: str) -> str:
 
 
 def task_kind(data_source: str) -> str:
-    """``math`` or ``code``: which prompts (``agent_system.prompts``) and which grader a data source uses.
+    """``math``, ``code`` or ``yaml``: which prompts (``agent_system.prompts``) and which grader a data source uses.
 
     Raises:
         ValueError: For an unknown data source (the message lists the supported names).
@@ -69,12 +71,14 @@ def compute_score(data_source: str, solution_str: str, ground_truth, extra_info:
 
     Args:
         data_source: ``math``, ``math500`` (``math_500``, ``HuggingFaceH4/MATH-500``), ``gsm8k``
-            (``openai/gsm8k``), ``arith`` or ``mbpp`` (``mbpp_sanitized``).
+            (``openai/gsm8k``), ``arith``, ``mbpp`` (``mbpp_sanitized``) or ``yaml_task`` (a YAML-defined task: its
+            ``score_fn`` from ``extra_info``, run in the sandbox, :mod:`agent_system.rewards.yaml_reward`).
         solution_str: The model response.
         ground_truth: The gold answer (math) or the assert list / its JSON string (code).
         extra_info: Row metadata; code rows use ``test_setup_code`` and ``entry_point``.
         **kwargs: ``timeout_s`` (math-verify timeout, default 5), ``judge`` (a JudgeConfig; by default one is
-            built from the MLMT_JUDGE_* environment variables when they are set), ``sandbox_limits``.
+            built from the MLMT_JUDGE_* environment variables when they are set), ``sandbox_limits``,
+            ``prompt_str`` (yaml_task: the context before the response that ``score_fn`` / ``done_fn`` read).
 
     Returns:
         A dict with ``score`` in [0, 1] plus ``acc``, ``pred``, ``error``, ``pass_rate`` and ``first_failure``
@@ -82,6 +86,12 @@ def compute_score(data_source: str, solution_str: str, ground_truth, extra_info:
     """
     name = canonical_data_source(data_source)
     kind, allow_last_number = _KINDS[name]
+    if kind == "yaml":
+        from agent_system.rewards.yaml_reward import score_batch
+
+        item = {"solution_str": solution_str, "ground_truth": ground_truth, "extra_info": extra_info or {}}
+        result = score_batch([{**item, "prompt_str": kwargs.get("prompt_str")}], kwargs.get("sandbox_limits"))[0]
+        return {**result, "pass_rate": result["score"], "first_failure": result["error"] or ""}
     if kind == "code":
         from agent_system.rewards.code_reward import score_code
 

@@ -32,6 +32,7 @@ from agent_system import verl_compat as vc
 from agent_system.multi_turn_rollout.batch import build_rows, padding_id
 from agent_system.multi_turn_rollout.episode import Episode, EpisodeRunner, EpisodeSettings
 from agent_system.prompts.templates import Task
+from agent_system.rewards.yaml_reward import grading_context
 from agent_system.trainer import advantages as adv
 from agent_system.trainer import state as st
 from agent_system.trainer import value_shaping as vs
@@ -198,7 +199,8 @@ class MLMTTrainer:
                     turns.append(attempt.no_feedback_refinement)
                 if references is not None:
                     turns += references[i][j]
-                items += [reward_item(row, t.text) for t in turns]
+                context = [grading_context(row, t.prompt_ids, self.tokenizers["ll"]) for t in turns]  # yaml_task
+                items += [reward_item(row, t.text, c) for t, c in zip(turns, context, strict=True)]
         flat = np.array([r["score"] for r in self.reward_pool.score(items)], dtype=np.float64)
         extra = 1 if episodes[0].attempts[0].no_feedback_refinement is not None else 0
         extra += shape_m if references is not None else 0
@@ -474,14 +476,18 @@ class MLMTTrainer:
         return result
 
 
-def reward_item(row: dict, text: str) -> dict:
-    """One `RewardPool` item: a response to grade against a dataset row (verl parquet schema)."""
-    return {
+def reward_item(row: dict, text: str, context: str | None = None) -> dict:
+    """One `RewardPool` item: a response to grade against a dataset row (verl parquet schema); ``context``: the text
+    before the response that a YAML task's functions read (``prompt_str``)."""
+    item = {
         "data_source": row["data_source"],
         "solution_str": text,
         "ground_truth": row["reward_model"]["ground_truth"],
         "extra_info": row.get("extra_info") or {},
     }
+    if context is not None:
+        item["prompt_str"] = context
+    return item
 
 
 def _level_rows(level: str, episodes: list[Episode]) -> dict[str, list]:

@@ -248,3 +248,21 @@ def test_value_shaping_script_composes_each_variant(value_grad, tmp_path):
     }
     for key, value in expected.items():
         assert _select(config, key) == value, key
+
+
+@pytest.mark.parametrize(("task", "batch"), [("arith_words", None), ("best_lang", "1")])
+def test_custom_yaml_script_composes_its_run(task, batch, tmp_path):
+    """recipes/custom_yaml/run_custom_yaml.sh: the task's parquet as train and validation data, GRPO at both levels."""
+    env = {"TASK": str(REPO / "recipes" / "custom_yaml" / f"{task}.yaml"), "DATA_DIR": "/data"}
+    if batch:
+        env["BATCH"] = batch
+    config = compose_config(_script_argv("../recipes/custom_yaml/run_custom_yaml.sh", tmp_path, env))
+    validate_config(config)
+    assert config.data.train_files == f"/data/custom_yaml/{task}.parquet"
+    assert config.data.val_files == f"/data/custom_yaml/{task}.val.parquet"
+    assert config.data.train_batch_size == int(batch or 16)
+    assert (config.mlmt.ll.adv_estimator, config.mlmt.hl.adv_estimator, config.mlmt.n, config.mlmt.m) == (
+        "grpo", "grpo", 4, 2
+    )  # fmt: skip
+    assert config.trainer.project_name == "mlmt_custom_yaml" and config.trainer.experiment_name == task
+    assert config.actor_rollout_ref.model.path == config.hl.model.path == LLAMA
