@@ -33,13 +33,15 @@ logger = logging.getLogger(__name__)
 
 REPO = Path(__file__).resolve().parents[2]
 
-# name -> (run script, evaluation mode, whether it has SCoRe-style stages to squeeze into the run)
+# name -> (run script, evaluation mode, whether it has SCoRe-style stages to squeeze into the run, devices (GPUS))
 BASELINES = {
-    "mlmt": ("mlmt-configs/math/HLT_LLT_GRPO_1_1.sh", "feedback", True),
-    "fixed_feedback": ("mlmt-configs/math/HLF_LLT_RR_1_1.sh", "frozen_hl", True),
-    "grpo": ("recipes/grpo/run_grpo.sh", "single", False),
-    "score": ("recipes/score/run_score.sh", "self_correct", True),
-    "rl_guided_score": ("recipes/rl_guided_score/run_rl_guided_score.sh", "feedback", True),
+    "mlmt": ("mlmt-configs/math/HLT_LLT_GRPO_1_1.sh", "feedback", True, 1),
+    "fixed_feedback": ("mlmt-configs/math/HLF_LLT_RR_1_1.sh", "frozen_hl", True, 1),
+    "grpo": ("recipes/grpo/run_grpo.sh", "single", False, 1),
+    "score": ("recipes/score/run_score.sh", "self_correct", True, 1),
+    "rl_guided_score": ("recipes/rl_guided_score/run_rl_guided_score.sh", "feedback", True, 1),
+    "value_shaping": ("recipes/value_shaping/run_value_shaping.sh", "feedback", False, 1),
+    "archer": ("recipes/archer/run_archer.sh", "single", False, 2),  # one device for the solver, one for the critic
 }
 COLUMNS = ("acc@t1", "final_acc", "delta_t1_final", "i_to_c", "c_to_i", "solved_any_turn")
 
@@ -71,12 +73,12 @@ def budget_overrides(args: argparse.Namespace, run_dir: Path, stages: bool) -> l
 
 def train(args: argparse.Namespace, name: str, run_dir: Path) -> float:
     """Run the baseline's script with the budget; returns the wall-clock minutes (0 when already done)."""
-    script, _, stages = BASELINES[name]
+    script, _, stages, devices = BASELINES[name]
     latest = run_dir / "checkpoints" / "latest_checkpointed_iteration.txt"
     if latest.is_file() and latest.read_text().strip() == str(args.steps):
         logger.info("%s: already trained for %d steps (%s)", name, args.steps, run_dir)
         return 0.0
-    env = {**os.environ, "MODEL": args.model, "GPUS": "1", "LL_GPUS": "1", "HL_GPUS": "1"}
+    env = {**os.environ, "MODEL": args.model, "GPUS": str(devices), "LL_GPUS": "1", "HL_GPUS": "1"}
     env["MLMT_PYTHON"] = sys.executable
     command = ["bash", str(REPO / script), *budget_overrides(args, run_dir, stages), *args.overrides]
     run_dir.mkdir(parents=True, exist_ok=True)

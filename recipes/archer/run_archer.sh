@@ -40,7 +40,7 @@ mlmt_run "${SOLVER_ONLY[@]}" "${LATER[@]}" "${TASK_ARGS[@]}" \
   mlmt.ll_gpus="$SOLVER_GPUS" trainer.n_gpus_per_node="$SOLVER_GPUS" \
   mlmt.feedback="$FEEDBACK" \
   mlmt.ll.adv_estimator=archer mlmt.n=1 mlmt.m=1 \
-  mlmt.archer.actor_signal="$SIGNAL" mlmt.archer.num_gpus=1 \
+  mlmt.archer.actor_signal="$SIGNAL" \
   mlmt.archer.gamma=0.95 mlmt.archer.lr=1e-5 mlmt.archer.buffer_size=4096 mlmt.archer.batch_size=64 \
   mlmt.archer.updates_per_step=8 mlmt.archer.target_refresh_every=10 \
   trainer.project_name=mlmt_baselines trainer.experiment_name="archer_${TASK}_${FEEDBACK}" \

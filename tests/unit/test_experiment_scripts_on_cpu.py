@@ -206,23 +206,27 @@ def test_archer_recipe_variants(tmp_path):
     assert config.mlmt.archer.critic_model_path == LLAMA  # the solver's model
 
 
-@pytest.mark.parametrize("name", ["mlmt", "fixed_feedback", "grpo", "score", "rl_guided_score"])
+@pytest.mark.parametrize(
+    "name", ["mlmt", "fixed_feedback", "grpo", "score", "rl_guided_score", "value_shaping", "archer"]
+)
 def test_compare_budget_composes_with_each_baseline(name, tmp_path):
     """recipes/compare.sh: each baseline's script plus the shared budget is a valid config with that budget."""
     import argparse
 
     from agent_system.eval.compare import BASELINES, budget_overrides
 
-    script, _, stages = BASELINES[name]
+    script, _, stages, devices = BASELINES[name]
     budget = argparse.Namespace(
         train=None, steps=4, batch=2, max_prompt_tokens=1024, max_tokens=64, feedback_tokens=48, seed=0
     )
-    overrides = _script_argv(f"../{script}", tmp_path) + budget_overrides(budget, tmp_path / name, stages)
+    env = {"GPUS": str(devices), "LL_GPUS": "1", "HL_GPUS": "1"}  # as compare.py runs it
+    overrides = _script_argv(f"../{script}", tmp_path, env) + budget_overrides(budget, tmp_path / name, stages)
     config = compose_config(overrides)
     validate_config(config)
     assert config.trainer.total_training_steps == 4 and config.data.train_batch_size == 2
     assert config.data.train_files is None and config.data.max_response_length == 64  # the embedded task
     assert list(config.mlmt.stages.schedule) == ([0, 3] if stages else [0])
+    assert config.mlmt.ll_gpus == 1  # one device per model
 
 
 @pytest.mark.parametrize("value_grad", ["stop", "full"])
