@@ -45,9 +45,11 @@ class PolicyGroup:
     @staticmethod
     def worker_class(view: DictConfig, use_ref: bool) -> Any:
         """``RayClassWithInitArgs`` of verl's ActorRolloutRefWorker for this level."""
+        from agent_system.trainer.ref_refresh import RefreshableActorRolloutRefWorker  # verl's worker + ref refresh
+
         role = "actor_rollout_ref" if use_ref else "actor_rollout"
         return vc.RayClassWithInitArgs(
-            cls=ray.remote(vc.ActorRolloutRefWorker), config=view.actor_rollout_ref, role=role
+            cls=ray.remote(RefreshableActorRolloutRefWorker), config=view.actor_rollout_ref, role=role
         )
 
     @property
