@@ -145,6 +145,7 @@ class ReferenceRefresh:
         """The reference's shards and its probe log-probs into ``folder/ll_reference``."""
         target = folder / FOLDER
         group.worker_group.save_reference(str(target))
+        target.mkdir(parents=True, exist_ok=True)  # the driver's view (the workers may run on other nodes)
         torch.save(group.compute_ref_log_prob(self.probe), target / PROBE_FILE)
 
     def restore(self, group, folder: Path) -> dict[str, float]:
