@@ -1,6 +1,6 @@
 """recipes/reinforce_kl on the trainer: REINFORCE with a KL penalty to a reference refreshed every 2 steps.
 
-Real GSM8K rows from /work/shared/data/gsm8k, preprocessed with the few-shot prompt (2 shots, to keep the tiny
+Real GSM8K rows from /work/shared/data/gsm8k, preprocessed with the few-shot prompt (1 shot, to keep the tiny
 model's prompts short), a tiny LL, ``rollout.name=hf``. The LL's KL to its reference (``ll/kl_mean``, measured on the
 step's samples BEFORE that step's update) proves when the reference changes, with ``ref_refresh_freq=2``:
 
@@ -40,7 +40,7 @@ def gsm8k_few_shot(tmp_path):
             str(files[split]),
             str(GSM8K / f"{split}.jsonl"),
             limit=8,
-            few_shot=2,
+            few_shot=1,
             few_shot_pool=str(GSM8K / "train.jsonl"),
         )
     return [f"data.train_files={files['train']}", f"data.val_files={files['test']}"]
@@ -58,7 +58,7 @@ def test_reference_refresh_timing_and_resume(tiny_models, gsm8k_few_shot, tmp_pa
         "mlmt.ll.ref_refresh_freq=2",
         "mlmt.n=2",
         "data.train_batch_size=2",
-        "data.max_prompt_length=1024",
+        "data.max_prompt_length=1900",  # start-up also sizes the (unused) refine prompt
         "data.max_response_length=8",
         "actor_rollout_ref.actor.entropy_coeff=0.01",  # a gradient even when every reward is 0
         "actor_rollout_ref.actor.optim.lr=1e-3",
