@@ -48,9 +48,9 @@ class PolicyGroup:
         from agent_system.trainer.ref_refresh import RefreshableActorRolloutRefWorker  # verl's worker + ref refresh
 
         role = "actor_rollout_ref" if use_ref else "actor_rollout"
-        return vc.RayClassWithInitArgs(
-            cls=ray.remote(RefreshableActorRolloutRefWorker), config=view.actor_rollout_ref, role=role
-        )
+        refresh = use_ref and view.mlmt.ll.get("ref_refresh_freq", 0) > 0  # mlmt.ll.ref_refresh_freq
+        cls = RefreshableActorRolloutRefWorker if refresh else vc.ActorRolloutRefWorker
+        return vc.RayClassWithInitArgs(cls=ray.remote(cls), config=view.actor_rollout_ref, role=role)
 
     @property
     def world_size(self) -> int:
