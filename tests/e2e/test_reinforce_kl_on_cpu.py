@@ -5,12 +5,12 @@ model's prompts short), a tiny LL, ``rollout.name=hf``. The LL's KL to its refer
 step's samples BEFORE that step's update) proves when the reference changes, with ``ref_refresh_freq=2``:
 
 * step 1: reference = initial model = actor → KL 0;
-* step 2: the actor was updated once, the reference was not → KL > 0; after the update the reference is refreshed
-  (the actor's and the reference's log-probs on a fixed probe then agree: ``ll/ref_refresh_probe_gap`` 0);
+* step 2: the actor was updated once, the reference was not → KL ≠ 0 (a sampled estimate: either sign); after
+  the update the reference is refreshed (the actor's and the reference's log-probs on a fixed probe then agree: ``ll/ref_refresh_probe_gap`` 0);
 * step 3: reference = actor after step 2 = the actor that samples step 3 → KL 0 again (without the refresh it would
   be > 0: the actor moved twice); the checkpoint at step 3 holds the actor after step 3 and the reference of step 2;
 * resumed for step 4: the reference is loaded as saved (probe gap 0) — not the resumed actor (which would make the
-  step-4 KL 0): KL > 0; and step 4 refreshes again.
+  step-4 KL 0): KL ≠ 0; and step 4 refreshes again.
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ def test_reference_refresh_timing_and_resume(tiny_models, gsm8k_few_shot, tmp_pa
     ]
     first = run_main(out, [*common, "trainer.total_training_steps=3"])
     kl = {step: first[step]["ll/kl_mean"] for step in (1, 2, 3)}
-    assert abs(kl[1]) < ZERO and kl[2] > 100 * ZERO and abs(kl[3]) < ZERO, kl
+    assert abs(kl[1]) < ZERO and abs(kl[2]) > 100 * ZERO and abs(kl[3]) < ZERO, kl  # a sampled KL: either sign
     assert [("ll/ref_refreshed" in first[s]) for s in (1, 2, 3)] == [False, True, False]
     assert first[2]["ll/ref_refresh_probe_gap"] < ZERO
     assert (out / "checkpoints/global_step_3/ll_reference/rank_0.pt").is_file()
@@ -77,5 +77,5 @@ def test_reference_refresh_timing_and_resume(tiny_models, gsm8k_few_shot, tmp_pa
     resumed = run_main(out, [*common, "trainer.total_training_steps=4"])
     assert 4 in resumed and 2 not in resumed, resumed.keys()  # continued after step 3
     assert resumed[3]["resume/ll_reference_logprob_max_abs_diff"] == 0.0, resumed[3]
-    assert resumed[4]["ll/kl_mean"] > 100 * ZERO, resumed[4]
+    assert abs(resumed[4]["ll/kl_mean"]) > 100 * ZERO, resumed[4]
     assert resumed[4]["ll/ref_refresh_probe_gap"] < ZERO
