@@ -6,7 +6,8 @@ step's samples BEFORE that step's update) proves when the reference changes, wit
 
 * step 1: reference = initial model = actor → KL 0;
 * step 2: the actor was updated once, the reference was not → KL ≠ 0 (a sampled estimate: either sign); after
-  the update the reference is refreshed (the actor's and the reference's log-probs on a fixed probe then agree: ``ll/ref_refresh_probe_gap`` 0);
+  the update the reference is refreshed (the actor's and the reference's log-probs on a fixed probe then agree:
+  ``ll/ref_refresh_probe_gap`` 0);
 * step 3: reference = actor after step 2 = the actor that samples step 3 → KL 0 again (without the refresh it would
   be > 0: the actor moved twice); the checkpoint at step 3 holds the actor after step 3 and the reference of step 2;
 * resumed for step 4: the reference is loaded as saved (probe gap 0) — not the resumed actor (which would make the
