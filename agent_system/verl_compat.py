@@ -43,6 +43,8 @@ _LAZY_NAMES: dict[str, tuple[str, str]] = {
     "get_platform": ("verl.plugin.platform", "get_platform"),
     "ActorRolloutRefWorker": ("verl.workers.engine_workers", "ActorRolloutRefWorker"),
     "TrainingWorker": ("verl.workers.engine_workers", "TrainingWorker"),
+    "register": ("verl.single_controller.base.decorator", "register"),
+    "Dispatch": ("verl.single_controller.base.decorator", "Dispatch"),
     "RayWorkerGroup": ("verl.single_controller.ray", "RayWorkerGroup"),
     "RayResourcePool": ("verl.single_controller.ray", "RayResourcePool"),
     "RayClassWithInitArgs": ("verl.single_controller.ray", "RayClassWithInitArgs"),

@@ -9,6 +9,9 @@ Usage::
         --output data/math500/test.parquet
     python -m agent_system.data.preprocess --dataset gsm8k --input /work/shared/data/gsm8k/test.jsonl \
         --output data/gsm8k/test.parquet
+    # GSM8K with 5 solved train examples before each question (recipes/reinforce_kl; agent_system/envs/gsm8k.py)
+    python -m agent_system.data.preprocess --dataset gsm8k --input /work/shared/data/gsm8k/test.jsonl \
+        --few-shot 5 --few-shot-pool /work/shared/data/gsm8k/train.jsonl --output data/gsm8k_5shot/test.parquet
     python -m agent_system.data.preprocess --dataset mbpp --input /work/shared/data/mbpp --split test \
         --output data/mbpp/test.parquet
     python -m agent_system.data.preprocess --dataset mbpp_sanitized --input /work/shared/data/mbpp \
@@ -128,6 +131,9 @@ def preprocess(
     split: str | None = None,
     limit: int | None = None,
     skip_bad_rows: bool = False,
+    few_shot: int = 0,
+    few_shot_pool: str | None = None,
+    few_shot_seed: int = 0,
 ) -> tuple[str, int, list[DataFormatError]]:
     """Converts one dataset to a verl parquet file.
 
@@ -139,6 +145,8 @@ def preprocess(
         split: Keep only this split (local) or load this split (hub).
         limit: Keep at most this many rows (small slices for tests).
         skip_bad_rows: Skip unconvertible records instead of stopping at the first one.
+        few_shot: GSM8K only: put this many solved examples from ``few_shot_pool`` (a GSM8K JSONL, the train
+            split) before each question, chosen per row by ``few_shot_seed`` (``agent_system.envs.gsm8k``).
 
     Returns:
         ``(output path, number of rows written, skipped-row errors)``.
@@ -176,6 +184,12 @@ def preprocess(
         logger.warning("skipped %d bad rows: %s", len(bad), listed)
     if not rows:
         raise ValueError(f"no rows to write for dataset {dataset!r} (split={split!r})")
+    if few_shot:
+        from agent_system.envs.gsm8k import add_few_shot, load_gsm8k
+
+        if dataset != "gsm8k" or not few_shot_pool:
+            raise ValueError("--few-shot is for --dataset gsm8k and needs --few-shot-pool (the train JSONL)")
+        add_few_shot(rows, load_gsm8k(few_shot_pool), few_shot, few_shot_seed)
     return write_parquet_atomic(rows, output), len(rows), bad
 
 
@@ -188,9 +202,22 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--split", default=None, help="keep (local) or load (hub) only this split")
     parser.add_argument("--limit", type=int, default=None, help="write at most this many rows")
     parser.add_argument("--skip-bad-rows", action="store_true", help="skip and report bad records instead of failing")
+    parser.add_argument("--few-shot", type=int, default=0, help="gsm8k: solved examples before each question")
+    parser.add_argument("--few-shot-pool", default=None, help="gsm8k: JSONL the examples come from (train split)")
+    parser.add_argument("--few-shot-seed", type=int, default=0, help="gsm8k: seed of each row's choice of examples")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    path, count, bad = preprocess(args.dataset, args.output, args.input, args.split, args.limit, args.skip_bad_rows)
+    path, count, bad = preprocess(
+        args.dataset,
+        args.output,
+        args.input,
+        args.split,
+        args.limit,
+        args.skip_bad_rows,
+        args.few_shot,
+        args.few_shot_pool,
+        args.few_shot_seed,
+    )
     logger.info("wrote %d rows to %s (%d bad rows skipped)", count, path, len(bad))
 
 

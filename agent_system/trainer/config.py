@@ -157,6 +157,7 @@ def validate_config(config: DictConfig) -> None:
         raise ConfigError(f"mlmt.stages.schedule must start at 0 and increase (got {list(stages.schedule)})")
     if any(s not in (1, 2) for s in stages.stage_ids):
         raise ConfigError(f"mlmt.stages.stage_ids must contain 1 or 2 (got {list(stages.stage_ids)})")
+    _check_ref_refresh(config)
     _reject_inert(config)
     from agent_system.trainer.value_shaping import config_errors
 
@@ -258,6 +259,24 @@ def _check_without_hl(config: DictConfig) -> None:
                 f"mlmt.feedback=none trains turn 1 alone (reward R1), so {set_keys} (refinement-turn settings) cannot "
                 "act; unset them"
             )
+
+
+def _check_ref_refresh(config: DictConfig) -> None:
+    """``mlmt.ll.ref_refresh_freq`` needs an LL reference model to refresh and an LL that trains."""
+    freq, stages = config.mlmt.ll.ref_refresh_freq, config.mlmt.stages
+    if freq < 0:
+        raise ConfigError(f"mlmt.ll.ref_refresh_freq={freq}: use 0 (never) or a period >= 1")
+    if freq == 0:
+        return
+    if not (
+        any(b > 0 for b in [*stages.beta1, *stages.beta2, *stages.beta_l]) or config.actor_rollout_ref.actor.use_kl_loss
+    ):
+        raise ConfigError(
+            f"mlmt.ll.ref_refresh_freq={freq} refreshes the LL's reference model, but there is none: set "
+            "mlmt.stages.beta1 / beta2 / beta_l > 0 or actor_rollout_ref.actor.use_kl_loss=true"
+        )
+    if config.mlmt.ll.freeze:
+        raise ConfigError(f"mlmt.ll.ref_refresh_freq={freq} with mlmt.ll.freeze=true: the actor never changes")
 
 
 def _reject_inert(config: DictConfig) -> None:

@@ -37,6 +37,7 @@ from agent_system.trainer import advantages as adv
 from agent_system.trainer import state as st
 from agent_system.trainer import value_shaping as vs
 from agent_system.trainer.metrics import episode_metrics, plot_history, trajectory_records
+from agent_system.trainer.ref_refresh import ReferenceRefresh
 from agent_system.trainer.schedule import levels_to_update
 from agent_system.trainer.stop_request import STOP_REQUEST
 
@@ -60,6 +61,7 @@ class MLMTTrainer:
     ) -> None:
         self.config, self.mlmt = config, config.mlmt
         self.snapshot = snapshot  # LaggedSnapshot: reference solver of the contrastive HL reward, or None
+        self.ref_refresh = ReferenceRefresh(config.mlmt.ll.ref_refresh_freq, tokenizers["ll"])  # LL reference ← actor
         self.groups, self.critics, self.tokenizers = groups, critics, tokenizers
         self.runner, self.reward_pool = runner, reward_pool
         self.sampler = st.ProblemSampler(
@@ -115,6 +117,9 @@ class MLMTTrainer:
             stage_index, stage = adv.stage_at(self.mlmt.stages, step)
             metrics["train/stage_id"] = stage.stage_id
             metrics.update(self.train_levels(active, problems, episodes, scores, stage, timing))
+            if self.ref_refresh.due(step):
+                with _timer(timing, "ref_refresh"):
+                    metrics.update(self.ref_refresh.refresh(self.groups["ll"]))
             if self.snapshot is not None and self.snapshot.due(step):
                 with _timer(timing, "snapshot_refresh"):
                     self.snapshot.refresh(self.groups["ll"], step)
@@ -414,6 +419,8 @@ class MLMTTrainer:
         for level, group in self.groups.items():
             if not self.mlmt[level].freeze:
                 group.save_checkpoint(str(folder / level), self.global_step)
+        if self.ref_refresh.enabled:
+            self.ref_refresh.save(self.groups["ll"], folder)
         for level, critic in self.critics.items():
             critic.save_checkpoint(str(folder / f"{level}_critic"), self.global_step)
         st.write_trainer_state(
@@ -452,6 +459,7 @@ class MLMTTrainer:
                 critic.load_checkpoint(str(folder / f"{level}_critic"))
         if self.snapshot is not None:
             self.snapshot.restore(step)
+        reference_gap = self.ref_refresh.restore(self.groups["ll"], folder) if self.ref_refresh.enabled else {}
         saved = st.read_trainer_state(root, step)
         self.global_step = saved["global_step"]
         self.sampler.load_state_dict(saved["sampler"])
@@ -461,7 +469,7 @@ class MLMTTrainer:
         gaps = {
             f"resume/{lv}_logprob_max_abs_diff": float((restored[lv] - saved["probe_log_probs"][lv]).abs().max())
             for lv in restored
-        }
+        } | reference_gap
         self.tracker.log(gaps, step=step)
         logger.info("resumed from %s at step %d (%s)", folder, step, gaps)
 

@@ -45,10 +45,12 @@ class PolicyGroup:
     @staticmethod
     def worker_class(view: DictConfig, use_ref: bool) -> Any:
         """``RayClassWithInitArgs`` of verl's ActorRolloutRefWorker for this level."""
+        from agent_system.trainer.ref_refresh import RefreshableActorRolloutRefWorker  # verl's worker + ref refresh
+
         role = "actor_rollout_ref" if use_ref else "actor_rollout"
-        return vc.RayClassWithInitArgs(
-            cls=ray.remote(vc.ActorRolloutRefWorker), config=view.actor_rollout_ref, role=role
-        )
+        refresh = use_ref and view.mlmt.ll.get("ref_refresh_freq", 0) > 0  # mlmt.ll.ref_refresh_freq
+        cls = RefreshableActorRolloutRefWorker if refresh else vc.ActorRolloutRefWorker
+        return vc.RayClassWithInitArgs(cls=ray.remote(cls), config=view.actor_rollout_ref, role=role)
 
     @property
     def world_size(self) -> int:

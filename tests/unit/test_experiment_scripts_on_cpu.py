@@ -270,3 +270,28 @@ def test_custom_yaml_script_composes_its_run(task, batch, tmp_path):
     )  # fmt: skip
     assert config.trainer.project_name == "mlmt_custom_yaml" and config.trainer.experiment_name == task
     assert config.actor_rollout_ref.model.path == config.hl.model.path == LLAMA
+
+
+def test_reinforce_kl_script_composes_the_seed_settings(tmp_path):
+    """recipes/reinforce_kl: LLM_RL's settings (kl_coeff 0.25 as β1, reference refreshed every 2 steps, REINFORCE,
+    one turn) on the 5-shot GSM8K parquet files, a valid config with the LL's reference model."""
+    from agent_system.trainer.main import reference_needed
+
+    config = compose_config(_script_argv("../recipes/reinforce_kl/run_reinforce_kl.sh", tmp_path))
+    validate_config(config)
+    assert config.actor_rollout_ref.model.path == LLAMA
+    assert config.data.train_files == "data/gsm8k_5shot/train.parquet"
+    assert config.data.val_files == "data/gsm8k_5shot/test.parquet"
+    expected = {
+        "mlmt.feedback": "none",
+        "mlmt.ll.adv_estimator": "reinforce",
+        "mlmt.n": 1,
+        "mlmt.stages.beta1": [0.25],
+        "mlmt.stages.stage_ids": [2],
+        "mlmt.ll.ref_refresh_freq": 2,
+        "trainer.experiment_name": "reinforce_kl",
+        "trainer.project_name": "mlmt_baselines",
+    }
+    for key, value in expected.items():
+        assert _select(config, key) == value, key
+    assert reference_needed(config) == {"ll": True, "hl": False}
