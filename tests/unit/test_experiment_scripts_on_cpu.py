@@ -173,7 +173,6 @@ RECIPES = {
         "mlmt.feedback": "none",
         "mlmt.ll.adv_estimator": "archer",
         "mlmt.archer.actor_signal": "advantage",
-        "mlmt.archer.num_gpus": 1,
         "mlmt.archer.target_refresh_every": 10,
         "mlmt.ll_gpus": 3,
         "trainer.n_gpus_per_node": 3,
