@@ -42,6 +42,7 @@ BASELINES = {
     "rl_guided_score": ("recipes/rl_guided_score/run_rl_guided_score.sh", "feedback", True, 1),
     "value_shaping": ("recipes/value_shaping/run_value_shaping.sh", "feedback", False, 1),
     "archer": ("recipes/archer/run_archer.sh", "single", False, 2),  # one device for the solver, one for the critic
+    "reinforce_kl": ("recipes/reinforce_kl/run_reinforce_kl.sh", "single", False, 1),  # on the budget's data
 }
 COLUMNS = ("acc@t1", "final_acc", "delta_t1_final", "i_to_c", "c_to_i", "solved_any_turn")
 

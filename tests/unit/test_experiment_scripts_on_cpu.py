@@ -206,7 +206,7 @@ def test_archer_recipe_variants(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "name", ["mlmt", "fixed_feedback", "grpo", "score", "rl_guided_score", "value_shaping", "archer"]
+    "name", ["mlmt", "fixed_feedback", "grpo", "score", "rl_guided_score", "value_shaping", "archer", "reinforce_kl"]
 )
 def test_compare_budget_composes_with_each_baseline(name, tmp_path):
     """recipes/compare.sh: each baseline's script plus the shared budget is a valid config with that budget."""
