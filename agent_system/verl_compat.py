@@ -69,6 +69,9 @@ _LAZY_NAMES: dict[str, tuple[str, str]] = {
     "compute_position_id_with_mask": ("verl.utils.model", "compute_position_id_with_mask"),
     "TrainingWorkerConfig": ("verl.workers.engine_workers", "TrainingWorkerConfig"),
     "value_loss": ("verl.workers.utils.losses", "value_loss"),
+    "ppo_loss": ("verl.workers.utils.losses", "ppo_loss"),
+    "kl_penalty": ("verl.trainer.ppo.core_algos", "kl_penalty"),
+    "agg_loss": ("verl.trainer.ppo.core_algos", "agg_loss"),
     "Metric": ("verl.utils.metric", "Metric"),
     "pad_dataproto_to_divisor": ("verl.protocol", "pad_dataproto_to_divisor"),
 }

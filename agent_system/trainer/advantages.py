@@ -10,14 +10,18 @@ Task rewards, placed on the last response token of each row and turned into adva
     turn 3 (LL)   stage I: R3                     stage II: R3 + α(R3 − R1)
     turn 2 (HL)   S2,  S2 = R3 | R3 + α(R3 − R1) (stage II only) | (1+λ)R3 − λ·R_ref   (+ optional confidence term)
 
-KL terms, subtracted from every response token's advantage **after** the estimator, so their effect is proportional
-to β whatever the group's reward spread (KL = Σ_t (log π − log π_ref) over the row's response, centred by the
-leave-one-out mean KL of the same turn's other rows, a baseline):
+KL terms, one β per turn (``kl_coefficients``):
 
-    turn 1: stage I −β2·KL, stage II −β1·KL;   turn 3: −β_L·KL;   turn 2: −β_H·KL
+    turn 1: stage I β2, stage II β1;   turn 3: β_L;   turn 2: β_H
 
-Since ∇ E[KL(y)] = E[KL(y) ∇ log π(y)] (plus a zero-mean term), −β·KL(y) as a per-row advantage is the REINFORCE
-gradient of −β·KL(π ‖ π_ref): it pulls the turn toward the reference with a strength proportional to β.
+``mlmt.stages.kl_in`` chooses where β·KL acts, in both cases proportionally to β whatever the group's reward spread:
+
+* ``loss`` (default): each row carries its β to the actor, whose loss adds β·kl per token (``turn_kl.py``); the
+  advantages are the task advantages alone.
+* ``advantage``: β·(KL − b) is subtracted from every response token's advantage **after** the estimator (KL = Σ_t
+  (log π − log π_ref) over the row's response, b the leave-one-out mean KL of the same turn's other rows, a
+  baseline). Since ∇ E[KL(y)] = E[KL(y) ∇ log π(y)] (plus a zero-mean term), −β·KL(y) as a per-row advantage is the
+  REINFORCE gradient of −β·KL(π ‖ π_ref): unbiased, but with tens of rows its noise can hide the pull (README).
 
 Groups (nested, so GRPO is meaningful at both levels): turn-1 rows by problem; turn-3 rows by problem (or by
 attempt); HL rows by the attempt they critique (the m feedbacks on one z).
@@ -228,10 +232,11 @@ def compute_advantages(
 class LevelAdvantages:
     """What :func:`level_advantages` computes for one level's rows."""
 
-    advantages: torch.Tensor  # (B, R) task advantages minus β·KL
+    advantages: torch.Tensor  # (B, R) task advantages (minus β·KL with kl_in=advantage)
     returns: torch.Tensor  # (B, R) returns of the task rewards (the critic's targets with gae)
     task_rewards: np.ndarray  # (B,) per-row task reward before the estimator
-    kl_penalty: np.ndarray  # (B,) β·KL subtracted from each row's advantages
+    kl_penalty: np.ndarray  # (B,) β·KL subtracted from each row's advantages (zeros with kl_in=loss)
+    kl_coef: np.ndarray  # (B,) β of each row's turn (the actor's KL-loss coefficient with kl_in=loss)
     r3_advantages: torch.Tensor | None  # HL only: the advantages S2 = R3 would give (how much S2 changes them)
 
 
@@ -256,7 +261,8 @@ def level_advantages(
     hl_extra: np.ndarray | None = None,
     feedback_values: np.ndarray | None = None,
 ) -> LevelAdvantages:
-    """Task rewards → the level's estimator over its groups → minus β·KL: the advantages the level is updated with.
+    """Task rewards → the level's estimator over its groups (→ minus β·KL with ``kl_in=advantage``): the advantages
+    the level is updated with, and each row's β.
 
     Args:
         level: "ll" (turn-1 and turn-3 rows) or "hl" (turn-2 rows).
@@ -300,5 +306,9 @@ def level_advantages(
     advantages, returns = estimate(task)
     if level == "hl":
         r3_advantages = estimate(r3.astype(np.float64))[0]
-    advantages, penalty = apply_kl_penalty(advantages, kl, kl_coefficients(turn, stage), response_mask, turn)
-    return LevelAdvantages(advantages, returns, task, penalty, r3_advantages)
+    betas = kl_coefficients(turn, stage)
+    if mlmt.stages.kl_in == "advantage":
+        advantages, penalty = apply_kl_penalty(advantages, kl, betas, response_mask, turn)
+    else:
+        penalty = np.zeros(len(betas))
+    return LevelAdvantages(advantages, returns, task, penalty, betas, r3_advantages)

@@ -23,6 +23,7 @@ ESTIMATORS = ("grpo", "rloo", "reinforce", "reinforce_plus_plus", "gae", "archer
 HL_REWARDS = ("r3", "progress", "contrastive", "value_shaped")
 FEEDBACK_SOURCES = ("model", "self", "none")  # mlmt.feedback: the HL, self-correction (SCoRe), single turn
 CONTRASTIVE_REFERENCES = ("lagged_snapshot", "no_feedback")
+KL_IN = ("loss", "advantage")  # mlmt.stages.kl_in: where β·KL acts (advantages.py, turn_kl.py)
 GROUP_ESTIMATORS = ("grpo", "rloo")  # baselines from the row's own group: a term constant in the group cancels
 
 
@@ -157,6 +158,8 @@ def validate_config(config: DictConfig) -> None:
         raise ConfigError(f"mlmt.stages.schedule must start at 0 and increase (got {list(stages.schedule)})")
     if any(s not in (1, 2) for s in stages.stage_ids):
         raise ConfigError(f"mlmt.stages.stage_ids must contain 1 or 2 (got {list(stages.stage_ids)})")
+    if stages.kl_in not in KL_IN:
+        raise ConfigError(f"mlmt.stages.kl_in={stages.kl_in!r}: choose one of {KL_IN}")
     _check_ref_refresh(config)
     _reject_inert(config)
     from agent_system.trainer.value_shaping import config_errors

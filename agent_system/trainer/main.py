@@ -99,6 +99,29 @@ def reference_needed(config: DictConfig) -> dict[str, bool]:
     }
 
 
+OPTIMIZER_SECTIONS = ("actor_rollout_ref.actor.optim", "hl.actor.optim", "critic.optim", "hl_critic.optim")
+
+
+def set_schedule_horizon(config: DictConfig, train_rows: int) -> int:
+    """Give every optimizer the run's step count (``<section>.optim.total_training_steps``), as verl's own trainer does.
+
+    verl's learning-rate schedules read it: ``lr_scheduler_type=cosine`` decays over it and ``lr_warmup_steps_ratio``
+    warms up over a fraction of it; left at -1, a cosine schedule or a warm-up ratio silently does nothing. A value
+    set by the user (> 0) is kept. Returns the run's steps.
+    """
+    from agent_system.trainer.state import total_training_steps
+
+    trainer = config.trainer
+    total = total_training_steps(
+        trainer.total_training_steps, trainer.total_epochs, train_rows, config.data.train_batch_size
+    )
+    for section in OPTIMIZER_SECTIONS:
+        optim = OmegaConf.select(config, section)
+        if optim is not None and (optim.total_training_steps or -1) <= 0:
+            optim.total_training_steps = total
+    return total
+
+
 def check_reference_solutions(frame: pd.DataFrame, path) -> None:
     """The confidence term scores ``extra_info.reference_solution``: every training row must have a non-empty one."""
     for position, extra in enumerate(frame["extra_info"] if "extra_info" in frame else [None] * len(frame)):
@@ -154,6 +177,7 @@ def build_trainer(config: DictConfig):
 
     use_ref = reference_needed(config)
     train_frame, val_frame = _read_frame(config.data.train_files), _read_frame(config.data.val_files)
+    set_schedule_horizon(config, len(train_frame))
     if config.mlmt.reward.confidence_lambda > 0:
         check_reference_solutions(train_frame, config.data.train_files)
     tokenizers = {"ll": AutoTokenizer.from_pretrained(config.actor_rollout_ref.model.path)}

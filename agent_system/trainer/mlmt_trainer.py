@@ -40,6 +40,7 @@ from agent_system.trainer.metrics import episode_metrics, plot_history, trajecto
 from agent_system.trainer.ref_refresh import ReferenceRefresh
 from agent_system.trainer.schedule import levels_to_update
 from agent_system.trainer.stop_request import STOP_REQUEST
+from agent_system.trainer.turn_kl import TURN_KL_COEF
 
 logger = logging.getLogger(__name__)
 
@@ -310,6 +311,8 @@ class MLMTTrainer:
         advantages, rewards = result.advantages, result.task_rewards
         batch.batch["advantages"] = advantages
         batch.batch["returns"] = result.returns
+        if group.turn_kl_loss:  # the actor's loss adds β·kl per token, β of the row's turn (turn_kl.py)
+            batch.batch[TURN_KL_COEF] = torch.as_tensor(result.kl_coef, dtype=torch.float32)
         lengths = mask.sum(-1)
         # The rollout server sampled these tokens; the actor re-scores them. A gap means a stale or wrong weight sync.
         gap = (old_log_probs - batch.batch["rollout_log_probs"]).abs() * mask
@@ -320,7 +323,8 @@ class MLMTTrainer:
             f"{level}/advantage_mean": float((advantages * mask).sum() / mask.sum()),
             f"{level}/advantage_abs_mean": float((advantages.abs() * mask).sum() / mask.sum()),
             f"{level}/kl_mean": float(kl.mean()),
-            f"{level}/kl_penalty_mean": float(result.kl_penalty.mean()),
+            f"{level}/kl_penalty_mean": float(result.kl_penalty.mean()),  # in the advantages (kl_in=advantage)
+            f"{level}/kl_coef_mean": float(result.kl_coef.mean()),
             f"{level}/entropy": float((entropy * mask).sum() / mask.sum()),
             f"{level}/response_length": float(lengths.mean()),
             f"{level}/rows": len(batch),

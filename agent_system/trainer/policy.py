@@ -45,12 +45,15 @@ class PolicyGroup:
     @staticmethod
     def worker_class(view: DictConfig, use_ref: bool) -> Any:
         """``RayClassWithInitArgs`` of verl's ActorRolloutRefWorker for this level."""
-        from agent_system.trainer.ref_refresh import RefreshableActorRolloutRefWorker  # verl's worker + ref refresh
+        from agent_system.trainer.turn_kl import ActorWorker  # verl's worker + ref refresh + per-turn KL loss
 
         role = "actor_rollout_ref" if use_ref else "actor_rollout"
-        refresh = use_ref and view.mlmt.ll.get("ref_refresh_freq", 0) > 0  # mlmt.ll.ref_refresh_freq
-        cls = RefreshableActorRolloutRefWorker if refresh else vc.ActorRolloutRefWorker
-        return vc.RayClassWithInitArgs(cls=ray.remote(cls), config=view.actor_rollout_ref, role=role)
+        return vc.RayClassWithInitArgs(cls=ray.remote(ActorWorker), config=view.actor_rollout_ref, role=role)
+
+    @property
+    def turn_kl_loss(self) -> bool:
+        """Whether the actor's loss adds each row's β·KL (``mlmt.stages.kl_in=loss`` with a reference model)."""
+        return self.use_ref and self.view.mlmt.stages.kl_in == "loss"
 
     @property
     def world_size(self) -> int:
@@ -65,6 +68,8 @@ class PolicyGroup:
         first generation (vLLM starts from ``load_format=dummy`` weights).
         """
         self.worker_group.init_model()
+        if self.turn_kl_loss:
+            self.worker_group.use_turn_kl_loss(self.config.actor.kl_loss_type)
         self.server_manager = vc.LLMServerManager.create(config=self.view, worker_group=self.worker_group)
         self.client = self.server_manager.get_client()
         engine_config = vc.omega_conf_to_dataclass(self.config.rollout.checkpoint_engine)
@@ -194,7 +199,8 @@ def pad_to_multiple(batch: DataProto, divisor: int) -> tuple[DataProto, int]:
     """
     padded, pad = vc.pad_dataproto_to_divisor(batch, divisor)
     if pad:
-        for key in ("response_mask", "advantages", "hl_log_prob_weight"):  # the last: value_shaping.HL_LOG_PROB_WEIGHT
+        # the last two: value_shaping.HL_LOG_PROB_WEIGHT, turn_kl.TURN_KL_COEF
+        for key in ("response_mask", "advantages", "hl_log_prob_weight", "turn_kl_coef"):
             if key in padded.batch.keys():
                 padded.batch[key][-pad:] = 0
     return padded, pad

@@ -29,7 +29,7 @@ mlmt_run "${SOLVER_ONLY[@]}" "${MATH[@]}" "${LATER[@]}" \
   data.val_files="${VAL_FILES:-$DATA_DIR/gsm8k_5shot/test.parquet}" \
   mlmt.feedback=none \
   mlmt.ll.adv_estimator=reinforce mlmt.n=1 \
-  mlmt.stages.beta1=[0.25] \
+  mlmt.stages.beta1=[0.25] mlmt.stages.kl_in=advantage \
   mlmt.ll.ref_refresh_freq=2 \
   data.train_batch_size=100 \
   actor_rollout_ref.actor.ppo_mini_batch_size=32 \

@@ -286,6 +286,7 @@ def test_reinforce_kl_script_composes_the_seed_settings(tmp_path):
         "mlmt.ll.adv_estimator": "reinforce",
         "mlmt.n": 1,
         "mlmt.stages.beta1": [0.25],
+        "mlmt.stages.kl_in": "advantage",  # the seed's KL in the reward
         "mlmt.stages.stage_ids": [2],
         "mlmt.ll.ref_refresh_freq": 2,
         "trainer.experiment_name": "reinforce_kl",

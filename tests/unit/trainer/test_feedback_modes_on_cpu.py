@@ -119,7 +119,7 @@ def test_episode_shapes_per_mode(runner):
 def test_single_turn_rows_get_grpo_advantages_of_r1():
     rows = {"problem": [0, 0, 0, 0], "attempt": [0, 1, 2, 3], "feedback": [0, 0, 0, 0], "turn": [1, 1, 1, 1]}
     scores = {"r1": np.array([[1.0, 0.0, 0.0, 1.0]]), "r3": np.zeros((1, 4, 0))}
-    mlmt = OmegaConf.create({"ll": {"adv_estimator": "grpo", "turn3_group_by": "problem"}})
+    mlmt = OmegaConf.create({"ll": {"adv_estimator": "grpo", "turn3_group_by": "problem"}, "stages": {"kl_in": "loss"}})
     algorithm = OmegaConf.create({"gamma": 1.0, "lam": 1.0, "norm_adv_by_std_in_grpo": True})
     stage = Stage(stage_id=2, beta1=0.0, beta2=0.0, beta_l=0.0, beta_h=0.0, alpha=0.0)
     result = adv.level_advantages("ll", rows, scores, np.zeros(4), stage, mlmt, algorithm, torch.ones(4, 3))

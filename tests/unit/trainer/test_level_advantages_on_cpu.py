@@ -1,6 +1,8 @@
 """The advantages a level is updated with (``advantages.level_advantages``, the function the trainer calls).
 
-β·KL is applied after the estimator, so each β acts in proportion to β (issue 8, defect 4); an HL reward whose
+With ``mlmt.stages.kl_in=advantage`` β·KL is applied after the estimator, so each β acts in proportion to β (issue 8,
+defect 4); with ``kl_in=loss`` the advantages are the task advantages and each row carries its turn's β to the
+actor's loss (the loss itself: test_turn_kl_loss_on_cpu.py). An HL reward whose
 shaping term is constant inside the HL's group gives exactly the advantages of S2 = R3, while the contrastive
 reward with a per-feedback reference (lagged snapshot) does not (defect 3).
 """
@@ -25,12 +27,13 @@ LL_ROWS = {
 HL_ROWS = {"problem": [0, 0, 0, 0], "attempt": [0, 0, 1, 1], "feedback": [0, 1, 0, 1], "turn": [2, 2, 2, 2]}
 
 
-def _mlmt(ll="grpo", hl="grpo", hl_reward="r3", group_by="problem", lam=0.5):
+def _mlmt(ll="grpo", hl="grpo", hl_reward="r3", group_by="problem", lam=0.5, kl_in="advantage"):
     return OmegaConf.create(
         {
             "ll": {"adv_estimator": ll, "turn3_group_by": group_by},
             "hl": {"adv_estimator": hl},
             "reward": {"hl_reward": hl_reward, "contrastive_lambda": lam},
+            "stages": {"kl_in": kl_in},
         }
     )
 
@@ -118,6 +121,20 @@ def test_stage_one_turn1_advantage_is_minus_beta2_kl():
     for beta2 in (0.01, 0.1):
         got, _, _ = _run("ll", SCORES, LL_KL, _stage(1, beta2=beta2), _mlmt())
         np.testing.assert_allclose(got[:2], [beta2 * 0.6, -beta2 * 0.6], rtol=1e-4)
+
+
+@pytest.mark.parametrize("level", ["ll", "hl"])
+@pytest.mark.parametrize("stage_id", [1, 2])
+def test_kl_in_loss_leaves_the_task_advantages_and_carries_each_turns_beta(level, stage_id):
+    kl = LL_KL if level == "ll" else HL_KL
+    base, _, _ = _run(level, SCORES, kl, _stage(stage_id), _mlmt(kl_in="loss"))
+    stage = _stage(stage_id, beta1=0.1, beta2=0.2, beta_l=0.3, beta_h=0.4)
+    got, result, _ = _run(level, SCORES, kl, stage, _mlmt(kl_in="loss"))
+    np.testing.assert_allclose(got, base, atol=1e-6)
+    np.testing.assert_allclose(result.kl_penalty, 0.0)
+    turn = np.array((LL_ROWS if level == "ll" else HL_ROWS)["turn"])
+    expected = np.select([turn == 1, turn == 2, turn == 3], [0.2 if stage_id == 1 else 0.1, 0.4, 0.3])
+    np.testing.assert_allclose(result.kl_coef, expected)
 
 
 def test_a_single_row_of_a_turn_keeps_its_raw_kl():

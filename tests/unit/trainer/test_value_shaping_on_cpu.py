@@ -128,6 +128,7 @@ def _mlmt(value_grad="stop", symmetric=False, hl="reinforce"):
             "hl": {"adv_estimator": hl},
             "reward": {"hl_reward": "value_shaped", "contrastive_lambda": 0.5},
             "value_shaping": {"value_coef": COEF, "value_grad": value_grad, "symmetric_reward": symmetric},
+            "stages": {"kl_in": "loss"},
         }
     )
 
