@@ -241,6 +241,9 @@ def test_ppo_with_critics_kl_and_confidence_colocated_two_ranks(tiny_models, tmp
     step2 = re.search(r"^step:2 .*$", log, re.M).group(0)
     assert "ll/critic/vf_loss" in step1 and "hl/critic/vf_loss" in step1 and "hl/critic/vf_loss" in step2
     assert "ll/kl_mean" in step1 and "hl/kl_mean" in step2
+    # the per-turn KL loss (mlmt.stages.kl_in=loss) on fused colocated workers, rows split over two ranks
+    assert float(re.search(r"ll/turn_kl_loss:([-0-9.e]+)", step2).group(1)) > 0.0
+    assert float(re.search(r"hl/turn_kl_loss:([-0-9.e]+)", step2).group(1)) > 0.0
     hl_reward = float(re.search(r"hl/reward_mean:([-0-9.e]+)", step2).group(1))
     assert hl_reward != 0.0  # R3 is 0 for a random model: the confidence term is what moves the HL reward
     for name in ("ll", "hl", "ll_critic", "hl_critic"):
