@@ -72,7 +72,9 @@ def test_reference_refresh_timing_and_resume(tiny_models, gsm8k_few_shot, tmp_pa
     kl = {step: first[step]["ll/kl_mean"] for step in (1, 2, 3)}
     assert abs(kl[1]) < ZERO and abs(kl[2]) > 100 * ZERO and abs(kl[3]) < ZERO, kl  # a sampled KL: either sign
     assert [("ll/ref_refreshed" in first[s]) for s in (1, 2, 3)] == [False, True, False]
-    assert all(first[s]["ll/turn_kl_loss"] != 0.0 for s in (1, 3))  # kl_in=loss: β1·kl in the actor's loss
+    # kl_in=loss: β1·kl in the actor's loss, 0 where the reference is the actor (the start, just after a refresh)
+    loss = {step: first[step]["ll/turn_kl_loss"] for step in (1, 2, 3)}
+    assert abs(loss[1]) < ZERO and loss[2] > 100 * ZERO and abs(loss[3]) < ZERO, loss
     assert first[2]["ll/ref_refresh_probe_gap"] < ZERO
     assert (out / "checkpoints/global_step_3/ll_reference/rank_0.pt").is_file()
 
