@@ -33,3 +33,15 @@ def ray_session():
         yield
     finally:
         ray.shutdown()
+
+
+@pytest.fixture
+def ray_per_test():
+    """A Ray session for one test (or parametrization): named worker and server actors never meet the next test's."""
+    import ray
+
+    ray.init(address="local", num_cpus=16, include_dashboard=False, log_to_driver=False)
+    try:
+        yield
+    finally:
+        ray.shutdown()

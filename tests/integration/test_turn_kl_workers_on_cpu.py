@@ -21,17 +21,6 @@ pytestmark = pytest.mark.integration
 BETA = 1.0
 
 
-@pytest.fixture
-def ray_per_test():
-    import ray
-
-    ray.init(address="local", num_cpus=16, include_dashboard=False, log_to_driver=False)
-    try:
-        yield
-    finally:
-        ray.shutdown()
-
-
 def _gaps(group, rows, beta: torch.Tensor) -> tuple[float, float]:
     """Mean per-token |log π − log π_ref| over the response tokens of the rows with β > 0, and of those with β = 0."""
     actor, _ = group.compute_log_prob(rows)

@@ -62,18 +62,6 @@ def _max_server_actor_gap(policy, rows):
     return (actor_lp - rows.batch["rollout_log_probs"])[mask].abs().max().item()
 
 
-@pytest.fixture
-def ray_per_test():
-    """A Ray session per parametrization: named worker and server actors of one run never meet the next run's."""
-    import ray
-
-    ray.init(address="local", num_cpus=16, include_dashboard=False, log_to_driver=False)
-    try:
-        yield
-    finally:
-        ray.shutdown()
-
-
 @pytest.mark.parametrize("rollout", ["vllm", "hf"])
 def test_two_models_independent_and_weight_sync(tiny_models, ray_per_test, rollout):
     from transformers import AutoTokenizer
