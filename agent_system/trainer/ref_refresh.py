@@ -8,8 +8,8 @@ How, in verl 0.9.1: the LL's workers are verl's ``ActorRolloutRefWorker`` with r
 worker process holds both ``self.actor`` and ``self.ref`` (``TrainingWorker`` s, each with its FSDP2 engine whose
 ``engine.module`` is sharded over the same ranks), but verl exposes no call that writes the reference's weights
 (``load_checkpoint`` / ``save_checkpoint`` act on the actor only, and its LoRA "ref in actor" mode only disables
-adapters). :class:`RefreshableActorRolloutRefWorker` (the workers' class when ``ref_refresh_freq > 0``; verl's own
-class otherwise) adds three registered calls (``ONE_TO_ALL``: every rank works
+adapters). :class:`RefreshableActorRolloutRefWorker` (the base of the workers' class, ``turn_kl.ActorWorker``; the
+calls are made only when ``ref_refresh_freq > 0``) adds three registered calls (``ONE_TO_ALL``: every rank works
 on its own shard, no gathering, no file): copy actor → reference, and save / load the reference's shards for
 checkpoints. The shards of the two engines must match one for one (same names, same local shapes: the same FSDP
 mesh); otherwise the refresh stops with an error naming the parameter.
