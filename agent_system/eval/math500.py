@@ -51,7 +51,7 @@ from tqdm import tqdm
 from agent_system import console
 from agent_system.cpu_backend.hf_server import HFRolloutServer, stop_tokens
 from agent_system.multi_turn_rollout.episode import EpisodeRunner, EpisodeSettings, Turn
-from agent_system.prompts.templates import PromptBuilder, Task
+from agent_system.prompts.templates import TURNS_OF_FEEDBACK, PromptBuilder, Task
 
 logger = logging.getLogger(__name__)
 
@@ -351,7 +351,8 @@ def run_problems(args, store: RecordStore, rows: list[dict], todo: list[int], re
     prompts = PromptBuilder({}, args.min_quote_tokens)
     tasks = {i: Task.from_row(rows[i]) for i in todo}
     readers = {"ll": AutoTokenizer.from_pretrained(ll_path), "hl": AutoTokenizer.from_pretrained(hl_path)}
-    tokens, name, index = prompts.largest_prompt(list(tasks.values()), readers)
+    turns = TURNS_OF_FEEDBACK[{"single": "none", "self_correct": "self", "feedback": "model"}[args.mode]]
+    tokens, name, index = prompts.largest_prompt(list(tasks.values()), readers, turns)
     if tokens > args.max_prompt_tokens:  # before any engine starts
         raise EvalSettingsError(
             f"--max-prompt-tokens {args.max_prompt_tokens} cannot hold the {name} prompt of problem "

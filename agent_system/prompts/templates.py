@@ -95,6 +95,11 @@ YAML_TEMPLATES = {  # tasks defined in YAML (agent_system/data/yaml_task.py): th
 TEMPLATES = {**MATH_TEMPLATES, **CODE_TEMPLATES, **YAML_TEMPLATES}
 TURNS = ("solve", "feedback", "refine", "refine_no_feedback")
 LEVEL_OF_TURN = {"solve": "ll", "feedback": "hl", "refine": "ll", "refine_no_feedback": "ll"}  # who reads the prompt
+TURNS_OF_FEEDBACK = {  # the turns an episode renders under each ``mlmt.feedback`` mode
+    "none": ("solve",),
+    "self": ("solve", "refine_no_feedback"),
+    "model": TURNS,  # refine_no_feedback: the no-feedback reference refinement of the contrastive HL reward
+}
 QUOTES = ("attempt", "feedback", "execution")  # the texts that are shortened to fit the budget
 FIELDS = {  # the placeholders each template (and its override) may use
     "solve": {"problem"},
@@ -306,13 +311,14 @@ class PromptBuilder:
         return fixed + len(quotes) * self.min_quote_tokens
 
     def largest_prompt(
-        self, tasks: list[Task], tokenizers: dict[str, Any], candidates: int = 8
+        self, tasks: list[Task], tokenizers: dict[str, Any], turns: tuple[str, ...] = TURNS, candidates: int = 8
     ) -> tuple[int, str, int]:
         """The largest prompt any of ``tasks`` needs (:meth:`required_tokens`): ``(tokens, template name, index)``.
 
         ``tokenizers`` maps a level (``ll``, ``hl``) to its tokenizer; each template is measured with the tokenizer of
-        the model that reads it. Only the ``candidates`` longest problems of each kind (by their own token count) are
-        rendered: a template adds the same text to every problem.
+        the model that reads it. Only the templates of ``turns`` (the ones the run renders, :data:`TURNS_OF_FEEDBACK`)
+        are measured, and only the ``candidates`` longest problems of each kind (by their own token count): a template
+        adds the same text to every problem.
         """
         worst = (0, "", -1)
         for kind in KINDS:
@@ -322,7 +328,7 @@ class PromptBuilder:
             for level, tokenizer in tokenizers.items():
                 lengths = tokenizer([tasks[i].problem for i in indices], add_special_tokens=False)["input_ids"]
                 longest = sorted(range(len(indices)), key=lambda j: len(lengths[j]), reverse=True)[:candidates]
-                for turn in (t for t in TURNS if LEVEL_OF_TURN[t] == level):
+                for turn in (t for t in turns if LEVEL_OF_TURN[t] == level):
                     name = self.name(turn, kind)
                     for j in longest:
                         tokens = self.required_tokens(name, tokenizer, tasks[indices[j]].problem)

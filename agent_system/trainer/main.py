@@ -138,12 +138,13 @@ def check_prompt_budget(config: DictConfig, prompts, tokenizers: dict, frames: d
 
     Quoted attempts and feedback are shortened to fit ``data.max_prompt_length`` at run time; what cannot be shortened
     is the problem and the template, so the longest problems of ``frames`` (``{config key: frame}``) are checked here,
-    with each quote at ``mlmt.prompts.min_quote_tokens`` tokens, before any model starts.
+    with each quote at ``mlmt.prompts.min_quote_tokens`` tokens, before any model starts. Only the turns the run
+    renders (``mlmt.feedback``) are checked: a single-turn run is not held to the refinement prompt's size.
 
     Raises:
         ConfigError: The budget is too small; the message names the keys and the row.
     """
-    from agent_system.prompts.templates import Task
+    from agent_system.prompts.templates import TURNS_OF_FEEDBACK, Task
     from agent_system.trainer.config import ConfigError
 
     budget = config.data.max_prompt_length
@@ -151,7 +152,7 @@ def check_prompt_budget(config: DictConfig, prompts, tokenizers: dict, frames: d
         if frame is None:
             continue
         tasks = [Task.from_row(row) for row in frame.to_dict("records")]
-        tokens, name, index = prompts.largest_prompt(tasks, tokenizers)
+        tokens, name, index = prompts.largest_prompt(tasks, tokenizers, TURNS_OF_FEEDBACK[config.mlmt.feedback])
         if tokens > budget:
             raise ConfigError(
                 f"data.max_prompt_length={budget} cannot hold the {name} prompt of row {index} of {key}: it needs "

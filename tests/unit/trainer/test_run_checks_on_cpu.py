@@ -98,6 +98,36 @@ def test_prompt_budget_holds_the_longest_problem_or_start_up_fails_naming_the_ke
     check_prompt_budget(compose_config([f"data.max_prompt_length={needed}"]), prompts, tiny_tokenizers, frames)
 
 
+def test_prompt_budget_checks_only_the_turns_the_run_renders(tiny_tokenizers):
+    """A single-turn run (``mlmt.feedback=none``) was held to the size of the refinement prompt it never builds."""
+    from agent_system.prompts.templates import PromptBuilder
+    from agent_system.trainer.config import ConfigError
+    from agent_system.trainer.main import check_prompt_budget
+
+    prompts = PromptBuilder({}, min_quote_tokens=32)
+    problem = "Add the numbers " + "1 + " * 100 + "1."
+    frames = {"data.train_files": _math_rows([problem]), "data.val_files": None}
+    solve = prompts.required_tokens("solve", tiny_tokenizers["ll"], problem)
+    self_correct = prompts.required_tokens("refine_no_feedback", tiny_tokenizers["ll"], problem)
+    refine = prompts.required_tokens("refine", tiny_tokenizers["ll"], problem)
+    assert solve < self_correct < refine
+    no_hl = {"ll": tiny_tokenizers["ll"]}
+    check_prompt_budget(
+        compose_config([f"data.max_prompt_length={solve}", "mlmt.feedback=none"]), prompts, no_hl, frames
+    )
+    with pytest.raises(ConfigError, match="refine_no_feedback prompt"):
+        check_prompt_budget(
+            compose_config([f"data.max_prompt_length={solve}", "mlmt.feedback=self"]), prompts, no_hl, frames
+        )
+    check_prompt_budget(
+        compose_config([f"data.max_prompt_length={self_correct}", "mlmt.feedback=self"]), prompts, no_hl, frames
+    )
+    with pytest.raises(ConfigError, match="the (feedback|refine) prompt"):  # the HL reads with its tokenizer
+        check_prompt_budget(
+            compose_config([f"data.max_prompt_length={self_correct}"]), prompts, tiny_tokenizers, frames
+        )
+
+
 def test_every_optimizer_gets_the_runs_step_count_for_its_lr_schedule():
     """verl's schedules read ``optim.total_training_steps`` (-1 in the YAML): cosine and warm-up ratios need it."""
     import torch
