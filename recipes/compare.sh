@@ -7,6 +7,7 @@
 #   bash recipes/compare.sh --out compare/gpu --model meta-llama/Llama-3.2-1B-Instruct --steps 500 --batch 128 \
 #       --max-tokens 1024 --feedback-tokens 1024 --max-prompt-tokens 4096 --train data/math/train.parquet --limit 0
 #   bash recipes/compare.sh --out compare/cpu --baselines mlmt,grpo -- actor_rollout_ref.actor.optim.lr=1e-6
+#   bash recipes/compare.sh --out compare/cpu --set archer:mlmt.archer.batch_size=4   # one baseline's override
 #
 # Options: `python -m agent_system.eval.compare --help`. MLMT_PYTHON picks the interpreter.
 set -euo pipefail

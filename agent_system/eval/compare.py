@@ -4,6 +4,10 @@ its own run script, exported, evaluated by the MATH-500 evaluation, then one tab
     bash recipes/compare.sh --out compare/cpu --steps 2 --limit 8                     # CPU: the embedded model
     bash recipes/compare.sh --out compare/gpu --model meta-llama/Llama-3.2-1B-Instruct --steps 500 --batch 128 \\
         --max-tokens 1024 --max-prompt-tokens 4096 --train data/math/train.parquet --limit 0
+    bash recipes/compare.sh --out compare/cpu --set archer:mlmt.archer.batch_size=4  # one baseline's override
+
+ArCHer's critic trains ``mlmt.archer.updates_per_step`` updates of ``batch_size`` transitions per step: at the GPU
+script's 8 × 64 that is hours per step for a 135M critic on 2 CPU cores; shrink it with ``--set`` on CPU.
 
 Each baseline runs the very command a user runs (``mlmt-configs/math/*.sh``, ``recipes/*/run_*.sh``) with the budget
 overrides appended (they win): model, ``--steps``, ``--batch`` problems per step, lengths, seed, one device per
@@ -72,23 +76,47 @@ def budget_overrides(args: argparse.Namespace, run_dir: Path, stages: bool) -> l
     return overrides
 
 
-def train(args: argparse.Namespace, name: str, run_dir: Path) -> float:
-    """Run the baseline's script with the budget; returns the wall-clock minutes (0 when already done)."""
+def per_baseline_overrides(settings: list[str]) -> dict[str, list[str]]:
+    """``--set NAME:KEY=VALUE`` settings as ``{baseline: [KEY=VALUE, ...]}``.
+
+    Raises:
+        ValueError: A setting is not ``NAME:KEY=VALUE`` or names no baseline; the message quotes it.
+    """
+    overrides: dict[str, list[str]] = {}
+    for setting in settings:
+        name, _, override = setting.partition(":")
+        if name not in BASELINES or "=" not in override:
+            raise ValueError(f"--set {setting!r}: expected NAME:KEY=VALUE with NAME one of {list(BASELINES)}")
+        overrides.setdefault(name, []).append(override)
+    return overrides
+
+
+def train(args: argparse.Namespace, name: str, run_dir: Path) -> float | None:
+    """Run the baseline's script with the budget; returns the training's wall-clock minutes.
+
+    A run already trained for ``--steps`` is not rerun: its minutes are read back from ``train_minutes.txt`` (None
+    when that run was not timed by this script).
+    """
     script, _, stages, devices = BASELINES[name]
     latest = run_dir / "checkpoints" / "latest_checkpointed_iteration.txt"
+    timing = run_dir / "train_minutes.txt"
     if latest.is_file() and latest.read_text().strip() == str(args.steps):
         logger.info("%s: already trained for %d steps (%s)", name, args.steps, run_dir)
-        return 0.0
+        return float(timing.read_text()) if timing.is_file() else None
     env = {**os.environ, "MODEL": args.model, "GPUS": str(devices), "LL_GPUS": "1", "HL_GPUS": "1"}
     env["MLMT_PYTHON"] = sys.executable
-    command = ["bash", str(REPO / script), *budget_overrides(args, run_dir, stages), *args.overrides]
+    extra = [*args.overrides, *per_baseline_overrides(args.set).get(name, [])]
+    command = ["bash", str(REPO / script), *budget_overrides(args, run_dir, stages), *extra]
     run_dir.mkdir(parents=True, exist_ok=True)
+    timing.unlink(missing_ok=True)  # a partly trained run that resumes is timed from here on
     started = time.perf_counter()
     with (run_dir.parent / f"{name}.train.log").open("w") as log:
         result = subprocess.run(command, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
     if result.returncode != 0:
         raise RuntimeError(f"{name}: training failed (exit {result.returncode}); see {log.name}")
-    return (time.perf_counter() - started) / 60
+    minutes = (time.perf_counter() - started) / 60
+    timing.write_text(f"{minutes:.2f}\n")
+    return minutes
 
 
 def evaluate(args: argparse.Namespace, name: str, run_dir: Path) -> dict:
@@ -128,7 +156,8 @@ def write_outputs(out: Path, rows: list[dict], args: argparse.Namespace) -> None
     ]
     for row in rows:
         values = " | ".join(f"{row[c]:.3f}" for c in COLUMNS)
-        lines.append(f"| {row['baseline']} | {row['mode']} | {row['train_minutes']:.1f} | {values} |")
+        minutes = "–" if row["train_minutes"] is None else f"{row['train_minutes']:.1f}"
+        lines.append(f"| {row['baseline']} | {row['mode']} | {minutes} | {values} |")
     (out / "comparison.md").write_text("\n".join(lines) + "\n")
     import matplotlib
 
@@ -161,6 +190,13 @@ def main() -> None:
     parser.add_argument("--feedback-tokens", type=int, default=48, help="feedback tokens per turn")
     parser.add_argument("--max-prompt-tokens", type=int, default=1024, help="prompt budget per turn")
     parser.add_argument("--seed", type=int, default=0, help="data.seed of every run")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="NAME:KEY=VALUE",
+        help="an override for one baseline's training run (repeatable), e.g. archer:mlmt.archer.batch_size=4",
+    )
     parser.add_argument("overrides", nargs="*", help="more key=value overrides for every training run (after --)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -168,6 +204,10 @@ def main() -> None:
     unknown = sorted(set(names) - set(BASELINES))
     if unknown:
         parser.exit(2, f"error: --baselines: unknown {unknown}; choose from {list(BASELINES)}\n")
+    try:
+        per_baseline_overrides(args.set)
+    except ValueError as error:
+        parser.exit(2, f"error: {error}\n")
     if not Path(args.eval_data).is_file():
         parser.exit(2, f"error: --eval-data {args.eval_data} does not exist (agent_system.data.preprocess writes it)\n")
     out = Path(args.out)

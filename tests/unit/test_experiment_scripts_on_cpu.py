@@ -9,6 +9,7 @@ nothing runs); that costs ~10 s on this machine (verl's imports), hence not all 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -226,6 +227,44 @@ def test_compare_budget_composes_with_each_baseline(name, tmp_path):
     assert config.data.train_files is None and config.data.max_response_length == 64  # the embedded task
     assert list(config.mlmt.stages.schedule) == ([0, 3] if stages else [0])
     assert config.mlmt.ll_gpus == 1  # one device per model
+
+
+def test_compare_per_baseline_overrides_name_the_bad_setting():
+    from agent_system.eval.compare import per_baseline_overrides
+
+    settings = ["archer:mlmt.archer.batch_size=4", "archer:mlmt.archer.updates_per_step=2", "grpo:data.seed=1"]
+    assert per_baseline_overrides(settings) == {
+        "archer": ["mlmt.archer.batch_size=4", "mlmt.archer.updates_per_step=2"],
+        "grpo": ["data.seed=1"],
+    }
+    for bad in ("archr:mlmt.archer.batch_size=4", "archer", "archer:mlmt.archer.batch_size"):
+        with pytest.raises(ValueError, match=re.escape(repr(bad))):
+            per_baseline_overrides([bad])
+
+
+def test_compare_rerun_keeps_the_training_minutes(tmp_path):
+    """A finished run is not retrained on a rerun; the table keeps the minutes measured when it trained (was 0.0)."""
+    import argparse
+
+    from agent_system.eval.compare import train, write_outputs
+
+    args = argparse.Namespace(steps=2, set=[], overrides=[], model="m", batch=2, eval_data="e.parquet")
+    for name, recorded in (("grpo", "3.25\n"), ("score", None)):
+        checkpoints = tmp_path / name / "checkpoints"
+        checkpoints.mkdir(parents=True)
+        (checkpoints / "latest_checkpointed_iteration.txt").write_text("2")
+        if recorded:
+            (tmp_path / name / "train_minutes.txt").write_text(recorded)
+    assert train(args, "grpo", tmp_path / "grpo") == 3.25
+    assert train(args, "score", tmp_path / "score") is None  # trained but never timed: shown as unknown, not as 0
+    metrics = dict.fromkeys(["acc@t1", "final_acc", "delta_t1_final", "i_to_c", "c_to_i", "solved_any_turn"], 0.5)
+    rows = [
+        {"baseline": "grpo", "mode": "single", "train_minutes": 3.25, "problems": 4, **metrics},
+        {"baseline": "score", "mode": "self_correct", "train_minutes": None, "problems": 4, **metrics},
+    ]
+    write_outputs(tmp_path, rows, args)
+    table = (tmp_path / "comparison.md").read_text()
+    assert "| grpo | single | 3.2 |" in table and "| score | self_correct | – |" in table
 
 
 @pytest.mark.parametrize("value_grad", ["stop", "full"])
