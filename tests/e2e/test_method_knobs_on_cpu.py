@@ -99,6 +99,10 @@ def _stage_one_kl_curve(ll, hl, data, out, beta: float, drift: int, total: int) 
             # Adam moves every weight by ~lr per step: at 1e-3 the KL term's steps overshoot (measured: the KL rose
             # 2.1 → 7.3 in stage I with β = 4, k3; 2.7 → 11.4 with k2)
             "actor_rollout_ref.actor.optim.lr=2e-4",
+            # no momentum: with Adam's default 0.9 the drift of stage II carries on through a short stage I (a CI run
+            # measured 1.61 at the switch → 2.01 1.95 2.12 with β = 4, as a control does), which hides what the KL
+            # term itself does
+            "actor_rollout_ref.actor.optim.betas=[0.0,0.999]",
         ],
     )
     assert [metrics[s]["train/stage_id"] for s in (drift, drift + 1)] == [2, 1]
@@ -111,8 +115,10 @@ def test_stage_one_pulls_turn1_toward_the_reference(cue_ll_unsure, cue_hl, cue_d
     kl = _stage_one_kl_curve(cue_ll_unsure, cue_hl, cue_data, tmp_path / "run", beta=4.0, drift=drift, total=total)
     print("LL KL to the reference per step:", " ".join(f"{v:.3f}" for v in kl))
     # ll/kl_mean of step s is measured on step s's samples before its update: kl[drift] is where stage II left the
-    # solver. Measured (8 steps, β = 4): 0.0 0.32 0.47 1.24 | 1.41 1.56 1.32 1.11; 0.0 0.47 1.94 1.89 | 2.32 2.41
-    # 1.92 1.68; a control (β ≈ 0): 0.0 0.18 0.49 1.58 | 1.61 2.06 2.49 1.77. Adam's momentum carries the drift into
-    # the first stage-I step. (With the sequence-KL advantage, kl_in=advantage, a control fell as often as β = 4.)
+    # solver. Measured (β = 4, no momentum; | marks the switch): 0.00 0.59 1.10 1.75 | 3.19 2.28 1.53 0.18 0.61;
+    # 0.00 0.08 1.10 1.45 | 1.82 0.81 0.30 0.32 0.25; 0.00 0.46 1.37 1.78 | 1.53 1.44 0.33 0.29 0.24; 0.00 0.25 1.15
+    # 1.06 | 1.88 1.50 1.30 0.46 0.26 (the last two 0.12-0.19 of the switch's KL); a control (β = 1e-6): 0.00 0.82
+    # 0.99 1.76 | 2.49 1.76 1.83 2.34 1.55 (0.78). (With the sequence-KL advantage, kl_in=advantage, and with Adam's
+    # momentum, a control fell about as often as β = 4.)
     assert max(kl[:drift]) > 0.2, kl  # the solver drifted from its reference
-    assert np.mean(kl[-2:]) < kl[drift], kl  # stage I brought it back below where stage II left it
+    assert np.mean(kl[-2:]) < 0.5 * kl[drift], kl  # stage I brought it well below where stage II left it
