@@ -4,8 +4,11 @@ Slurm sends the batch script SIGUSR1 some time before a job's time limit (``#SBA
 SIGTERM on preemption; ``mlmt-configs/submit_mlmt.sbatch`` forwards them to the trainer. ``MLMTTrainer.fit()`` checks
 the request after each step: it writes a checkpoint (unless the step just wrote one), logs and leaves the loop; the
 entry point then exits with :data:`EXIT_STOPPED` and the batch script requeues the job, which resumes from that
-checkpoint. A second signal of the same kind takes its default action (a plain ``kill`` twice still ends the run at
-once). The entry point installs :data:`STOP_REQUEST` at start-up, so a signal during model loading is kept too.
+checkpoint. A second SIGTERM takes its default action (a plain ``kill`` twice still ends the run at once); a second
+SIGUSR1 is only logged: it is a warning that can legitimately come twice (Slurm's time-limit warning after a
+``scancel --signal=USR1``, or the batch script forwarding both the warning and a preemption), and ending the run on it
+would kill the trainer while it writes the checkpoint. The entry point installs :data:`STOP_REQUEST` at start-up, so a
+signal during model loading is kept too.
 """
 
 from __future__ import annotations
@@ -47,7 +50,10 @@ class StopRequest:
 
     def _handle(self, number: int, frame) -> None:
         name = signal.Signals(number).name
-        if self.signal_name == name:  # asked twice: the signal's default action (ends the process)
+        if self.requested and number == signal.SIGUSR1:
+            logger.warning("%s received again: already stopping after the current step", name)
+            return
+        if self.signal_name == name:  # SIGTERM twice: its default action (ends the process)
             signal.signal(number, signal.SIG_DFL)
             signal.raise_signal(number)
             return

@@ -5,10 +5,10 @@ The test starts slurmctld, munged and two slurmd (scripts/local_slurm.sh; Slurm 
 the batch script in the seed's form, `sbatch -N2 mlmt-configs/math/submit_mlmt.sbatch
 mlmt-configs/math/HLT_LLT_RR_1_1.sh key=value ...` (the link to mlmt-configs/submit_mlmt.sbatch), tiny models, 16
 steps, with `--time=3 --signal=B:USR1@120`: Slurm sends the batch script SIGUSR1 60 s into the run; a fast machine
-can finish before that, so the test also sends the batch script the same signal (`scancel --batch --signal=USR1`) as
-soon as step 1 is logged. The script forwards it to the trainer, which finishes its step, writes a checkpoint and
-exits 75; the script stops Ray and runs `scontrol requeue`. The requeued job resumes from that checkpoint and runs
-the remaining steps.
+can finish before that, so the test also sends the batch script the same signal (`scancel --batch --signal=USR1`),
+twice, as soon as step 1 is logged (a repeated warning must not end the trainer mid-checkpoint). The script forwards
+it to the trainer, which finishes its step, writes a checkpoint and exits 75; the script stops Ray and runs
+`scontrol requeue`. The requeued job resumes from that checkpoint and runs the remaining steps.
 
 Checked: the job COMPLETED; the drivers of the first and the resumed start saw a 2-node Ray cluster (a head, a worker on
 the second) and trained (the LL's policy loss is logged); at least one requeue after the trainer stopped on the
@@ -142,9 +142,11 @@ def test_sbatch_two_nodes_time_limit_warning_checkpoints_requeues_and_resumes(sl
         state, restarts = fields.get("JobState"), fields.get("Restarts", "0")
         # Slurm's own warning comes 60 s into the job; a fast machine can finish before it. Send the same signal to
         # the batch script once the first step is done, as Slurm does (--signal=B:USR1): the run is then mid-way
-        # whatever the machine's speed.
+        # whatever the machine's speed. Twice: a repeated warning (on a slow machine Slurm's own comes too) must not
+        # kill the trainer while it writes its checkpoint (it did: the job ended FAILED).
         if not warned and restarts == "0" and log.exists() and re.search(r"^step:1 - ", log.read_text(), re.M):
-            subprocess.run(["scancel", "--batch", "--signal=USR1", job_id], env=env, timeout=30)
+            for _ in range(2):
+                subprocess.run(["scancel", "--batch", "--signal=USR1", job_id], env=env, timeout=30)
             warned = True
         waiting = state == "PENDING" and fields.get("Reason") == "BeginTime"
         since = waiting_since.setdefault(restarts, time.monotonic()) if waiting else None

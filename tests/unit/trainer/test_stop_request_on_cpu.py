@@ -2,6 +2,9 @@
 
 import os
 import signal
+import subprocess
+import sys
+import textwrap
 
 from agent_system.trainer.stop_request import StopRequest
 
@@ -30,3 +33,28 @@ def test_install_is_idempotent():
     finally:
         stop.uninstall()
     assert signal.getsignal(signal.SIGUSR1) is not handler
+
+
+def test_a_repeated_warning_is_ignored_and_a_repeated_term_ends_the_process():
+    """Two SIGUSR1 (Slurm's time-limit warning after a manual one) killed the trainer while it wrote its checkpoint:
+    the Slurm test's job ended FAILED when its warning came during the stop its own USR1 had asked for."""
+    script = textwrap.dedent(
+        """
+        import os, signal
+        from agent_system.trainer.stop_request import StopRequest
+        stop = StopRequest().install()
+        os.kill(os.getpid(), signal.SIGUSR1)
+        os.kill(os.getpid(), signal.SIGUSR1)
+        print("alive after two SIGUSR1:", stop.signal_name, flush=True)
+        os.kill(os.getpid(), signal.SIGTERM)
+        print("alive after a SIGTERM", flush=True)
+        os.kill(os.getpid(), signal.SIGTERM)
+        print("alive after two SIGTERM", flush=True)
+        """
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert "alive after two SIGUSR1: SIGUSR1" in result.stdout, result.stdout + result.stderr
+    assert "received again: already stopping" in result.stderr
+    assert "alive after a SIGTERM" in result.stdout  # a different signal keeps the request
+    assert "alive after two SIGTERM" not in result.stdout
+    assert result.returncode == -signal.SIGTERM
