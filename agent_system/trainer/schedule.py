@@ -1,8 +1,10 @@
 """The (tH, tL) update schedule: which levels train at a step (MLMT_SPEC §3.1).
 
 * (tH, tL) = (1, 1): both levels update on every step (the seed's ``HLT_LLT_RR_1_1``).
-* Any other ratio: cycles of tL + tH steps, LL first: steps 1..tL of a cycle update the LL, the next tH steps update
-  the HL (``HLT_LLT_RR_1_15`` is tH = 1, tL = 15). tH = 0 trains only the LL, tL = 0 only the HL.
+* Any other ratio follows the original's phase: with ``c = step mod (tL + tH)`` (steps start at 1), the LL updates
+  when ``c < tL`` and the HL when ``c >= tL``. ``HLT_LLT_RR_1_15`` (tH = 1, tL = 15) updates the HL at steps 15,
+  31, 47, ... and the LL on the others (the first cycle has 14 LL steps, as in the original). tH = 0 trains only
+  the LL, tL = 0 only the HL.
 * A frozen level never updates; the other level then trains on **every** step (the episodes of every step are
   generated anyway, so none is discarded).
 """
@@ -16,7 +18,7 @@ def levels_to_update(step: int, schedule, frozen: dict[str, bool]) -> list[str]:
     Args:
         step: the 1-based global training step.
         schedule: ``mlmt.schedule`` (``tH``, ``tL``).
-        frozen: ``{"ll": bool, "hl": bool}``, the levels' ``freeze`` flags.
+        frozen: ``{"ll": bool, "hl": bool}``, the levels' ``freeze`` flags (a level without a model is frozen).
     """
     trainable = [level for level in ("ll", "hl") if not frozen[level]]
     if len(trainable) < 2:
@@ -24,5 +26,13 @@ def levels_to_update(step: int, schedule, frozen: dict[str, bool]) -> list[str]:
     t_high, t_low = int(schedule.tH), int(schedule.tL)
     if t_high == 1 and t_low == 1:
         return ["ll", "hl"]
-    position = (step - 1) % (t_high + t_low)
-    return ["ll"] if position < t_low else ["hl"]
+    return ["ll"] if step % (t_high + t_low) < t_low else ["hl"]
+
+
+def update_steps(total: int, schedule, frozen: dict[str, bool]) -> dict[str, list[int]]:
+    """The 1-based steps of a ``total``-step run on which each level is updated: ``{"ll": [...], "hl": [...]}``."""
+    steps: dict[str, list[int]] = {"ll": [], "hl": []}
+    for step in range(1, total + 1):
+        for level in levels_to_update(step, schedule, frozen):
+            steps[level].append(step)
+    return steps

@@ -1,10 +1,11 @@
 """The (tH, tL) update schedule (MLMT_SPEC §3.1): (1, 1) = both levels every step; other ratios run cycles of tL LL
-steps then tH HL steps; a frozen level never updates and the other level then trains on every step."""
+steps then tH HL steps in the original's phase (c = step mod (tL + tH): LL when c < tL); a frozen level never
+updates and the other level then trains on every step."""
 
 import pytest
 from omegaconf import OmegaConf
 
-from agent_system.trainer.schedule import levels_to_update
+from agent_system.trainer.schedule import levels_to_update, update_steps
 
 NONE_FROZEN = {"ll": False, "hl": False}
 
@@ -21,21 +22,40 @@ def test_one_one_updates_both_levels_every_step():
     assert sum("ll" in levels for levels in plan) == 6 and sum("hl" in levels for levels in plan) == 6
 
 
+def _spec_levels(step, t_high, t_low):
+    """MLMT_SPEC §3.1 written out: c = global_step mod (tL + tH); LL when c < tL, HL when c >= tL (steps from 1)."""
+    c = step % (t_low + t_high)
+    return ["ll"] if c < t_low else ["hl"]
+
+
 def test_equal_ratios_above_one_still_cycle():
-    assert _run(2, 2, 8) == [["ll"], ["ll"], ["hl"], ["hl"]] * 2
+    assert _run(2, 2, 8) == [["ll"], ["hl"], ["hl"], ["ll"]] * 2
 
 
-def test_rr_1_15_is_fifteen_ll_steps_then_one_hl_step():
+def test_rr_1_15_updates_the_hl_at_the_originals_steps():
+    # the original: the HL at steps 15, 31, 47 (not 16, 32, 48); every cycle after the first has 15 LL steps
     plan = _run(1, 15, 48)
-    for cycle in range(3):
-        block = plan[16 * cycle : 16 * (cycle + 1)]
-        assert block == [["ll"]] * 15 + [["hl"]], f"cycle {cycle}"
     hl_steps = [step for step, levels in enumerate(plan, start=1) if levels == ["hl"]]
-    assert hl_steps == [16, 32, 48]
+    assert hl_steps == [15, 31, 47]
+    for cycle in range(2):
+        block = plan[15 + 16 * cycle : 15 + 16 * (cycle + 1)]
+        assert block == [["ll"]] * 15 + [["hl"]], f"cycle {cycle}"
+
+
+@pytest.mark.parametrize(("t_high", "t_low"), [(1, 15), (1, 20), (5, 20), (1, 10), (2, 3), (1, 5), (3, 1)])
+def test_every_ratio_follows_the_spec_formula(t_high, t_low):
+    steps = 3 * (t_high + t_low) + 2
+    assert _run(t_high, t_low, steps) == [_spec_levels(step, t_high, t_low) for step in range(1, steps + 1)]
+
+
+def test_update_steps_lists_each_levels_steps():
+    steps = update_steps(500, OmegaConf.create({"tH": 1, "tL": 15}), NONE_FROZEN)
+    assert steps["hl"] == list(range(15, 501, 16)) and len(steps["hl"]) == 31
+    assert len(steps["ll"]) == 469 and set(steps["ll"]).isdisjoint(steps["hl"])
 
 
 def test_several_hl_steps_follow_the_ll_steps():
-    assert _run(2, 3, 10) == [["ll"]] * 3 + [["hl"]] * 2 + [["ll"]] * 3 + [["hl"]] * 2
+    assert _run(2, 3, 10) == [["ll"]] * 2 + [["hl"]] * 2 + [["ll"]] * 3 + [["hl"]] * 2 + [["ll"]]
 
 
 def test_zero_t_low_trains_only_the_hl():
@@ -55,4 +75,4 @@ def test_frozen_level_never_updates_and_the_other_trains_every_step(t_high, t_lo
 
 def test_schedule_is_periodic_over_long_runs():
     plan = _run(1, 15, 16 * 20)
-    assert plan[:16] * 20 == plan
+    assert plan[:16] * 20 == plan and plan[14] == ["hl"]
