@@ -129,8 +129,9 @@ def normalize_answer(answer: str) -> str:
     """Light normalisation applied before math-verify parses an answer.
 
     math-verify leaves ``10\\%`` as an unparsed string, so percent signs are removed (MATH grades
-    ``10\\%`` and ``10`` as the same answer); thin spaces ``\\!`` and ``{,}`` thousands separators are
-    collapsed too.
+    ``10\\%`` and ``10`` as the same answer); thin spaces ``\\!`` (with the spaces around them: MATH writes
+    ``11,\\! 111,\\! 100``, which must stay one number, not become the set ``11, 111, 100``) and ``{,}``
+    thousands separators are collapsed too.
 
     Args:
         answer: An extracted answer or a gold answer.
@@ -139,7 +140,7 @@ def normalize_answer(answer: str) -> str:
         The normalised answer.
     """
     answer = answer.strip()
-    answer = answer.replace("\\!", "").replace("{,}", ",")
+    answer = re.sub(r"\s*\\!\s*", "", answer).replace("{,}", ",")
     answer = re.sub(r"\\?%", "", answer)
     answer = re.sub(r"\\text\{\s*\}", "", answer)
     return answer.strip()
