@@ -105,7 +105,7 @@ def train(args: argparse.Namespace, name: str, run_dir: Path) -> float | None:
         return float(timing.read_text()) if timing.is_file() else None
     env = {**os.environ, "MODEL": args.model, "GPUS": str(devices), "LL_GPUS": "1", "HL_GPUS": "1"}
     env["MLMT_PYTHON"] = sys.executable
-    extra = [*args.overrides, *per_baseline_overrides(args.set).get(name, [])]
+    extra = [*args.overrides, *args.per_baseline.get(name, [])]
     command = ["bash", str(REPO / script), *budget_overrides(args, run_dir, stages), *extra]
     run_dir.mkdir(parents=True, exist_ok=True)
     timing.unlink(missing_ok=True)  # a partly trained run that resumes is timed from here on
@@ -205,7 +205,7 @@ def main() -> None:
     if unknown:
         parser.exit(2, f"error: --baselines: unknown {unknown}; choose from {list(BASELINES)}\n")
     try:
-        per_baseline_overrides(args.set)
+        args.per_baseline = per_baseline_overrides(args.set)
     except ValueError as error:
         parser.exit(2, f"error: {error}\n")
     if not Path(args.eval_data).is_file():

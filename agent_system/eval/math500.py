@@ -55,6 +55,8 @@ from agent_system.prompts.templates import TURNS_OF_FEEDBACK, PromptBuilder, Tas
 
 logger = logging.getLogger(__name__)
 
+FEEDBACK_OF_MODE = {"single": "none", "self_correct": "self", "feedback": "model"}  # as the trainer's mlmt.feedback
+
 # The settings a result depends on: a rerun into the same --out must agree on all of them.
 RESULT_KEYS = (
     "ll",
@@ -351,8 +353,8 @@ def run_problems(args, store: RecordStore, rows: list[dict], todo: list[int], re
     prompts = PromptBuilder({}, args.min_quote_tokens)
     tasks = {i: Task.from_row(rows[i]) for i in todo}
     readers = {"ll": AutoTokenizer.from_pretrained(ll_path), "hl": AutoTokenizer.from_pretrained(hl_path)}
-    turns = TURNS_OF_FEEDBACK[{"single": "none", "self_correct": "self", "feedback": "model"}[args.mode]]
-    tokens, name, index = prompts.largest_prompt(list(tasks.values()), readers, turns)
+    rendered = TURNS_OF_FEEDBACK[FEEDBACK_OF_MODE[args.mode]]
+    tokens, name, index = prompts.largest_prompt(list(tasks.values()), readers, rendered)
     if tokens > args.max_prompt_tokens:  # before any engine starts
         raise EvalSettingsError(
             f"--max-prompt-tokens {args.max_prompt_tokens} cannot hold the {name} prompt of problem "

@@ -248,7 +248,7 @@ def test_compare_rerun_keeps_the_training_minutes(tmp_path):
 
     from agent_system.eval.compare import train, write_outputs
 
-    args = argparse.Namespace(steps=2, set=[], overrides=[], model="m", batch=2, eval_data="e.parquet")
+    args = argparse.Namespace(steps=2, per_baseline={}, overrides=[], model="m", batch=2, eval_data="e.parquet")
     for name, recorded in (("grpo", "3.25\n"), ("score", None)):
         checkpoints = tmp_path / name / "checkpoints"
         checkpoints.mkdir(parents=True)
