@@ -66,8 +66,10 @@ def last_boxed_content(text: str) -> str | None:
                 return text[rest + 1 : end]
         elif text.startswith(" ", rest):
             match = re.match(r"\s+([^\s$]+)", text[rest : rest + MAX_ANSWER_CHARS])
-            if match:
-                return match.group(1)
+            # "\boxed 6." ends a sentence: the period (or comma, colon) is not part of the answer
+            token = match.group(1).rstrip(".,;:") if match else ""
+            if token:
+                return token
         # unbalanced / empty box: fall back to an earlier complete one
         start = max(text.rfind(c, 0, start) for c in _BOX_COMMANDS)
     return None

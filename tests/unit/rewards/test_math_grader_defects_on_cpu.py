@@ -18,3 +18,16 @@ def test_thin_space_thousands_gold_is_one_number(response):
 @pytest.mark.parametrize("response", ["\\boxed{100, 111, 11}", "\\boxed{11, 111, 111, 100}", "\\boxed{111}"])
 def test_thin_space_thousands_gold_is_not_a_set(response):
     assert not score_math(response, GOLD_417)["acc"]
+
+
+@pytest.mark.parametrize(
+    ("response", "gold"),
+    [("so it is \\boxed 6.", "6"), ("\\boxed 6, done", "6"), ("\\boxed 2.5.", "2.5"), ("\\boxed 5! ways", "120")],
+)
+def test_braceless_box_drops_the_sentence_end(response, gold):
+    assert score_math(response, gold)["acc"]
+
+
+@pytest.mark.parametrize("response", ["\\boxed 7.", "\\boxed .", "\\boxed 6.5."])
+def test_braceless_box_sentence_end_does_not_make_wrong_answers_right(response):
+    assert not score_math(response, "6")["acc"]
