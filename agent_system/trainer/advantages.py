@@ -3,8 +3,10 @@
 
 Pure functions over tensors and lists: unit-tested without Ray.
 
-Task rewards, placed on the last response token of each row and turned into advantages by the level's estimator
-(group-normalised for grpo):
+Task rewards, placed on the last response token of each row and turned into advantages by the level's estimator,
+run on each turn's rows on their own (group-normalised for grpo; whitened per turn for reinforce_plus_plus and gae).
+In stage I the turn-1 rows get no task advantage under any estimator (with gae the critic's values would otherwise
+give them one), only their β2·KL term:
 
     turn 1 (LL)   stage I: 0                      stage II: R1
     turn 3 (LL)   stage I: R3                     stage II: R3 + α(R3 − R1)
@@ -228,6 +230,44 @@ def compute_advantages(
     )
 
 
+def per_turn_advantages(
+    estimator: str,
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: np.ndarray,
+    config,
+    turn: np.ndarray,
+    values: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`compute_advantages` run on each turn's rows on their own, so that no turn's rewards reach another's
+    advantages.
+
+    verl's ``reinforce_plus_plus`` and ``gae`` whiten over the whole batch: run on all LL rows at once, the turn-3
+    rewards set the mean and scale of the turn-1 advantages (stage I, task rewards [0, 0, 1, 1, 1, 0] on turns
+    [1, 1, 3, 3, 3, 3]: every turn-1 row got −0.98 where GRPO gives 0; stage II: turn 1 scaled by the spread of the
+    α-shaped turn-3 rewards). Per turn, each turn is whitened over its own rows. GAE's TD returns are per row, so
+    only its whitening changes; grpo/rloo groups never span turns and reinforce has no batch statistic, so they are
+    unchanged.
+    """
+    turn = np.asarray(turn)
+    advantages = torch.zeros(response_mask.shape, dtype=torch.float32)
+    returns = torch.zeros(response_mask.shape, dtype=torch.float32)
+    for value in np.unique(turn):
+        rows = np.flatnonzero(turn == value)
+        picked = torch.as_tensor(rows)
+        part_advantages, part_returns = compute_advantages(
+            estimator,
+            token_level_rewards[picked],
+            response_mask[picked],
+            index[rows],
+            config,
+            None if values is None else values[picked],
+        )
+        advantages[picked] = part_advantages.to(advantages.dtype)
+        returns[picked] = part_returns.to(returns.dtype)
+    return advantages, returns
+
+
 @dataclass
 class LevelAdvantages:
     """What :func:`level_advantages` computes for one level's rows."""
@@ -301,9 +341,11 @@ def level_advantages(
 
     def estimate(rewards: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
         token_rewards = place_on_last_token(rewards, response_mask)
-        return compute_advantages(estimator, token_rewards, response_mask, index, algorithm, values)
+        return per_turn_advantages(estimator, token_rewards, response_mask, index, algorithm, turn, values)
 
     advantages, returns = estimate(task)
+    if level == "ll" and stage.stage_id == 1:  # stage I: turn 1 has no task reward, only its β2·KL term
+        advantages = advantages * torch.as_tensor(turn != 1, dtype=advantages.dtype)[:, None]
     if level == "hl":
         r3_advantages = estimate(r3.astype(np.float64))[0]
     betas = kl_coefficients(turn, stage)

@@ -58,10 +58,11 @@ def _per_row(advantages, mask):
     return np.array(rows)
 
 
-def _run(level, scores, kl, stage, mlmt, rows=None):
+def _run(level, scores, kl, stage, mlmt, rows=None, values=None):
     rows = rows or (LL_ROWS if level == "ll" else HL_ROWS)
     mask = _mask(rows)
-    result = adv.level_advantages(level, rows, scores, np.asarray(kl, dtype=float), stage, mlmt, AlgoConfig(), mask)
+    kl = np.asarray(kl, dtype=float)
+    result = adv.level_advantages(level, rows, scores, kl, stage, mlmt, AlgoConfig(), mask, values)
     return _per_row(result.advantages, mask), result, mask
 
 
@@ -73,16 +74,91 @@ HL_KL = [0.5, 0.2, 1.5, 0.1]
 # ---------------------------------------------------------------- β acts in proportion to β
 
 
-@pytest.mark.parametrize("estimator", ["grpo", "rloo", "reinforce", "reinforce_plus_plus"])
+# LL_ROWS' task rewards under SCORES, by hand: turn 1 gets 0 (stage I) or R1 = [0, 1]; turn 3 gets R3 = [1, 0, 1, 1]
+# plus, in stage II, α(R3 − R1) with α = 0.5 (attempt 0 has R1 = 0, attempt 1 has R1 = 1)
+TASK_REWARDS = {1: [0.0, 0.0, 1.0, 0.0, 1.0, 1.0], 2: [0.0, 1.0, 1.5, 0.0, 1.0, 1.0]}
+LL_GROUPS = [[0, 1], [2, 3, 4, 5]]  # the turn-1 rows and the turn-3 rows of the one problem
+ESTIMATORS = ["grpo", "rloo", "reinforce", "reinforce_plus_plus", "gae"]  # config.ESTIMATORS with a task reward
+
+
+def _values(mask):
+    """Critic values (B, R) that differ by row and token, for gae."""
+    return torch.linspace(-0.4, 0.7, mask.numel()).reshape(mask.shape)
+
+
+def _expected_token_advantages(estimator, rewards, mask, values, stage_id):
+    """The advantage of each response token, computed here from the estimators' definitions (γ = λ = 1)."""
+    rewards, mask, values = np.asarray(rewards), mask.numpy().astype(bool), values.numpy().astype(np.float64)
+    out = np.zeros(mask.shape)
+    for rows in LL_GROUPS:
+        r = rewards[rows]
+        if estimator == "grpo":  # (r − group mean) / (group std, n − 1 in the denominator + 1e-6)
+            per_row = (r - r.mean()) / (r.std(ddof=1) + 1e-6)
+        elif estimator == "rloo":  # r − the mean of the group's other rows
+            per_row = np.array([r[i] - np.delete(r, i).mean() for i in range(len(r))])
+        elif estimator == "reinforce":
+            per_row = r
+        if estimator in ("grpo", "rloo", "reinforce"):
+            out[rows] = per_row[:, None]
+            continue
+        # reinforce_plus_plus: the return R on every token; gae with γ = λ = 1: R − V(token). Whitened over the
+        # tokens of this turn's rows only (mean, variance with n − 1, + 1e-8)
+        raw = np.repeat(r[:, None], mask.shape[1], axis=1)
+        if estimator == "gae":
+            raw = raw - values[rows]
+        tokens = raw[mask[rows]]
+        out[rows] = (raw - tokens.mean()) / np.sqrt(tokens.var(ddof=1) + 1e-8)
+    if stage_id == 1:
+        out[LL_GROUPS[0]] = 0.0  # stage I: turn 1 has no task reward, so no task advantage
+    return out
+
+
+@pytest.mark.parametrize("estimator", ESTIMATORS)
 @pytest.mark.parametrize("stage_id", [1, 2])
-def test_beta_zero_reproduces_the_pure_task_advantages(estimator, stage_id):
+def test_beta_zero_gives_each_estimators_own_advantages_turn_by_turn(estimator, stage_id):
     mlmt = _mlmt(ll=estimator)
-    got, result, mask = _run("ll", SCORES, LL_KL, _stage(stage_id, alpha=0.5), mlmt)
-    index = adv.group_keys(LL_ROWS["problem"], LL_ROWS["attempt"], LL_ROWS["turn"], "problem")
-    task = adv.place_on_last_token(result.task_rewards, mask)
-    expected = _per_row(adv.compute_advantages(estimator, task, mask, index, AlgoConfig())[0], mask)
-    np.testing.assert_allclose(got, expected, atol=1e-6)
+    mask = _mask(LL_ROWS)
+    values = _values(mask)
+    stage = _stage(stage_id, alpha=0.5)
+    result = adv.level_advantages("ll", LL_ROWS, SCORES, np.asarray(LL_KL), stage, mlmt, AlgoConfig(), mask, values)
+    np.testing.assert_allclose(result.task_rewards, TASK_REWARDS[stage_id])
+    expected = _expected_token_advantages(estimator, TASK_REWARDS[stage_id], mask, values, stage_id)
+    got = result.advantages.numpy()
+    np.testing.assert_allclose(got[mask.bool().numpy()], expected[mask.bool().numpy()], rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(result.kl_penalty, 0.0)
+
+
+@pytest.mark.parametrize("estimator", ESTIMATORS)
+@pytest.mark.parametrize("kl_in", ["loss", "advantage"])
+def test_stage_one_turn1_rows_get_only_their_kl_term(estimator, kl_in):
+    # issue 16, item 3: task rewards [0, 0, 1, 1, 1, 0]; reinforce_plus_plus gave every turn-1 row −0.983
+    scores = {"r1": np.array([[1.0, 0.0]]), "r3": np.array([[[1.0, 1.0], [1.0, 0.0]]])}
+    mask = _mask(LL_ROWS)
+    values = _values(mask)
+    stage = _stage(1, beta2=0.1, beta_l=0.05)
+    mlmt = _mlmt(ll=estimator, kl_in=kl_in)
+    result = adv.level_advantages("ll", LL_ROWS, scores, np.asarray(LL_KL), stage, mlmt, AlgoConfig(), mask, values)
+    np.testing.assert_allclose(result.task_rewards, [0, 0, 1, 1, 1, 0])
+    # kl_in=loss: the KL is in the actor's loss (β2 on turn 1), the advantage is 0; kl_in=advantage: −β2·(KL − KL of
+    # the other turn-1 row) = −0.1·(0.3 − 0.9), −0.1·(0.9 − 0.3), on every response token
+    got = _per_row(result.advantages[:2], mask[:2])
+    np.testing.assert_allclose(got, [0.0, 0.0] if kl_in == "loss" else [0.06, -0.06], atol=1e-6)
+    np.testing.assert_allclose(result.kl_coef[:2], 0.1)
+
+
+@pytest.mark.parametrize("estimator", ESTIMATORS)
+def test_stage_two_turn1_advantages_do_not_depend_on_the_turn3_rewards(estimator):
+    # issue 16, item 3: with batch whitening the spread of the α = 10 turn-3 rewards scaled the turn-1 advantages
+    mask = _mask(LL_ROWS)
+    values = _values(mask)
+    turn1 = []
+    for alpha, r3 in ((0.0, [[1.0, 0.0], [1.0, 1.0]]), (10.0, [[1.0, 1.0], [0.0, 0.0]])):
+        scores = {"r1": np.array([[0.0, 1.0]]), "r3": np.array([r3])}
+        stage, mlmt = _stage(2, alpha=alpha), _mlmt(ll=estimator)
+        result = adv.level_advantages("ll", LL_ROWS, scores, np.zeros(6), stage, mlmt, AlgoConfig(), mask, values)
+        turn1.append(result.advantages[:2])
+    torch.testing.assert_close(turn1[0] * mask[:2], turn1[1] * mask[:2])
+    assert (turn1[0] * mask[:2]).abs().max() > 0.1  # R1 = [0, 1]: turn 1 has a signal of its own
 
 
 @pytest.mark.parametrize("level", ["ll", "hl"])
