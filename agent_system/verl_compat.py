@@ -289,3 +289,18 @@ def merge_fsdp_checkpoint(local_dir: str, target_dir: str) -> str:
     )
     merger_cls(config).merge_and_save()
     return target_dir
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Learning-rate schedules (the run plan computes the lr each update gets)
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def build_lr_scheduler(optimizer_config: Any, optimizer: Any) -> Any:
+    """The learning-rate scheduler verl's FSDP engine builds for ``optimizer`` from ``optimizer_config`` (an
+    ``FSDPOptimizerConfig``): the engine's own ``_build_lr_scheduler``, called on a stand-in holding the two
+    attributes it reads. verl's workers step it once per ``update_actor`` / ``train_mini_batch`` call."""
+    from types import SimpleNamespace
+
+    engine = importlib.import_module("verl.workers.engine.fsdp.transformer_impl").FSDPEngine
+    return engine._build_lr_scheduler(SimpleNamespace(optimizer_config=optimizer_config, rank=1), optimizer)

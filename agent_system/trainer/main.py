@@ -99,27 +99,26 @@ def reference_needed(config: DictConfig) -> dict[str, bool]:
     }
 
 
-OPTIMIZER_SECTIONS = ("actor_rollout_ref.actor.optim", "hl.actor.optim", "critic.optim", "hl_critic.optim")
+def set_schedule_horizon(config: DictConfig, train_rows: int) -> dict[str, int]:
+    """Give each optimizer the number of updates its level will get (``<section>.optim.total_training_steps``).
 
-
-def set_schedule_horizon(config: DictConfig, train_rows: int) -> int:
-    """Give every optimizer the run's step count (``<section>.optim.total_training_steps``), as verl's own trainer does.
-
-    verl's learning-rate schedules read it: ``lr_scheduler_type=cosine`` decays over it and ``lr_warmup_steps_ratio``
-    warms up over a fraction of it; left at -1, a cosine schedule or a warm-up ratio silently does nothing. A value
-    set by the user (> 0) is kept. Returns the run's steps.
+    verl steps a level's learning-rate scheduler once per update call, and its schedules read this horizon:
+    ``lr_scheduler_type=cosine`` decays over it and ``lr_warmup_steps_ratio`` warms up over a fraction of it. A level
+    updated on only some steps ((tH, tL) schedule), or never (frozen), gets that many updates, so its schedule spans
+    them: under (1, 15) for 500 steps the HL's 31 updates warm up over 3 and decay over the rest. A critic steps on its
+    level's updates. A value set by the user (> 0) is kept (the run plan then shows where its schedule stops).
+    Returns the updates per level.
     """
-    from agent_system.trainer.state import total_training_steps
+    from agent_system.trainer.plan import level_update_steps, optimizer_sections, run_steps
 
-    trainer = config.trainer
-    total = total_training_steps(
-        trainer.total_training_steps, trainer.total_epochs, train_rows, config.data.train_batch_size
-    )
-    for section in OPTIMIZER_SECTIONS:
-        optim = OmegaConf.select(config, section)
-        if optim is not None and (optim.total_training_steps or -1) <= 0:
-            optim.total_training_steps = total
-    return total
+    steps = level_update_steps(config, run_steps(config, train_rows))
+    updates = {level: len(level_steps) for level, level_steps in steps.items()}
+    for level, count in updates.items():
+        for section in optimizer_sections(config, level):
+            optim = OmegaConf.select(config, section)
+            if optim is not None and (optim.total_training_steps or -1) <= 0:
+                optim.total_training_steps = max(count, 1)  # a never-updated level's scheduler is never stepped
+    return updates
 
 
 def check_reference_solutions(frame: pd.DataFrame, path) -> None:
@@ -178,6 +177,11 @@ def build_trainer(config: DictConfig):
 
     use_ref = reference_needed(config)
     train_frame, val_frame = _read_frame(config.data.train_files), _read_frame(config.data.val_files)
+    from agent_system.data.heldout import check_train_splits, validation_warnings
+
+    check_train_splits(config.data.train_files, bool(config.data.get("allow_test_split_in_train", False)))
+    for message in validation_warnings(val_frame, train_frame):
+        logger.warning(message)
     set_schedule_horizon(config, len(train_frame))
     if config.mlmt.reward.confidence_lambda > 0:
         check_reference_solutions(train_frame, config.data.train_files)

@@ -126,37 +126,3 @@ def test_prompt_budget_checks_only_the_turns_the_run_renders(tiny_tokenizers):
         check_prompt_budget(
             compose_config([f"data.max_prompt_length={self_correct}"]), prompts, tiny_tokenizers, frames
         )
-
-
-def test_every_optimizer_gets_the_runs_step_count_for_its_lr_schedule():
-    """verl's schedules read ``optim.total_training_steps`` (-1 in the YAML): cosine and warm-up ratios need it."""
-    import torch
-    from verl.utils.torch_functional import get_cosine_schedule_with_warmup
-
-    from agent_system.trainer.main import OPTIMIZER_SECTIONS, set_schedule_horizon
-
-    config = compose_config(["trainer.total_training_steps=10", "critic.optim.total_training_steps=7"])
-    assert set_schedule_horizon(config, train_rows=1000) == 10
-    steps = {section: OmegaConf.select(config, section).total_training_steps for section in OPTIMIZER_SECTIONS}
-    assert steps == {
-        "actor_rollout_ref.actor.optim": 10,
-        "hl.actor.optim": 10,
-        "critic.optim": 7,  # set by the user: kept
-        "hl_critic.optim": 10,
-    }
-    epochs = compose_config(["trainer.total_training_steps=null", "trainer.total_epochs=2", "data.train_batch_size=8"])
-    assert set_schedule_horizon(epochs, train_rows=20) == 4  # 2 epochs of ⌊20 / 8⌋ steps
-
-    # what the actor's scheduler then does (verl's function, as its FSDP engine calls it): warm up over 10% of the
-    # run, decay to 0 at its end
-    optim = config.actor_rollout_ref.actor.optim
-    optimizer = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
-    schedule = get_cosine_schedule_with_warmup(
-        optimizer, num_warmup_steps=int(0.1 * optim.total_training_steps), num_training_steps=optim.total_training_steps
-    )
-    lrs = []
-    for _ in range(optim.total_training_steps):
-        lrs.append(optimizer.param_groups[0]["lr"])
-        optimizer.step()
-        schedule.step()
-    assert lrs[0] == 0.0 and lrs[1] == 1.0 and lrs[-1] < 0.05
