@@ -1,10 +1,15 @@
 """Where the workers run: the LL and HL policy workers and their critics, on verl resource pools.
 
-``mlmt.placement=split``: one resource pool per level (``mlmt.ll_gpus`` / ``mlmt.hl_gpus`` processes each); a
-level's critic (``adv_estimator=gae``) is fused into the same processes as the level's actor, as verl colocates its
-own actor and critic, so it never asks for devices of its own. ``colocated``: one pool of
-``trainer.n_gpus_per_node × trainer.nnodes`` processes, each hosting both levels' workers (and critics).
-Fusing uses verl's ``create_colocated_worker_cls``.
+``mlmt.placement=split``: one resource pool per level (``mlmt.ll_gpus`` / ``mlmt.hl_gpus`` processes each, on one
+node, or spread over ``mlmt.<level>_gpus / trainer.n_gpus_per_node`` whole nodes when the job has several nodes and the
+level has more devices than one node: :func:`level_nodes`); a level's critic (``adv_estimator=gae``) is fused into
+the same processes as the level's actor, as verl colocates its own actor and critic, so it never asks for devices of
+its own. ``colocated``: one pool of ``trainer.n_gpus_per_node × trainer.nnodes`` processes, each hosting both
+levels' workers (and critics). Fusing uses verl's ``create_colocated_worker_cls``.
+
+Before any pool is made, every pool of the run (snapshot and ArCHer critic included) is checked against Ray's free
+resources per node (``gpu_checks.check_pools_fit``): verl waits for a placement group without a time-out, so a pool
+that cannot be placed would hang the run without a message.
 """
 
 from __future__ import annotations
@@ -21,10 +26,29 @@ from agent_system.trainer.policy import PolicyGroup
 LEVELS = ("ll", "hl")
 
 
+def critic_levels(config: DictConfig) -> tuple[str, ...]:
+    """The levels that get a value model (verl's critic): those whose estimator reads one (``gae``, or
+    ``value_baseline`` whose V also shapes the HL's ``value_shaped`` reward) and that train.
+
+    A frozen level is never updated, so no advantage of its rows is ever computed: its critic would take memory and
+    a folder in every checkpoint for nothing, and is not built (config validation rejects ``value_baseline`` with a
+    frozen LL, the one case where another level would read it).
+    """
+    levels = LEVELS if has_hl(config) else ("ll",)
+    return tuple(
+        level
+        for level in levels
+        if config.mlmt[level].adv_estimator in ("gae", "value_baseline") and not config.mlmt[level].freeze
+    )
+
+
 def build_workers(
     config: DictConfig, use_ref: dict[str, bool], critic_levels: tuple[str, ...] = ()
 ) -> tuple[dict[str, PolicyGroup], dict[str, CriticGroup]]:
     """Create the policy groups and critics of both levels, or of the LL alone without an HL (not yet initialised)."""
+    from agent_system.trainer.gpu_checks import check_pools_fit
+
+    check_pools_fit(config)
     assign_replica_ranks(config)
     levels = LEVELS if has_hl(config) else ("ll",)  # mlmt.feedback=self|none: the solver alone
     views = {level: level_view(config, level) for level in levels}
@@ -34,7 +58,7 @@ def build_workers(
         spawned = {}
         for level in levels:
             pool = vc.RayResourcePool(
-                process_on_nodes=[config.mlmt[f"{level}_gpus"]],
+                process_on_nodes=level_nodes(config, level),
                 use_gpu=True,
                 max_colocate_count=1,
                 name_prefix=f"mlmt_{level}",
@@ -51,6 +75,36 @@ def build_workers(
     groups = {level: PolicyGroup(level, views[level], spawned[f"{level}_actor"], use_ref[level]) for level in levels}
     critics = {level: CriticGroup(level, views[level], spawned[f"{level}_critic"]) for level in critic_levels}
     return groups, critics
+
+
+def level_nodes(config: DictConfig, level: str) -> list[int]:
+    """Processes per node of a level's own pool (``mlmt.<level>_gpus`` devices), verl's ``process_on_nodes``.
+
+    One node when the job has one node (``trainer.nnodes=1``) or the level fits on one (``trainer.n_gpus_per_node``);
+    else ``[n_gpus_per_node] * (devices / n_gpus_per_node)`` whole nodes.
+
+    Raises:
+        ConfigError: The devices are not a whole number of nodes, or need more nodes than ``trainer.nnodes``.
+    """
+    from agent_system.trainer.config import ConfigError
+
+    key = f"mlmt.{level}_gpus"
+    devices, per_node, nnodes = config.mlmt[f"{level}_gpus"], config.trainer.n_gpus_per_node, config.trainer.nnodes
+    if devices < 1:
+        raise ConfigError(f"{key}={devices}: a level needs at least one device")
+    if nnodes <= 1 or devices <= per_node:
+        return [devices]
+    if devices % per_node:
+        raise ConfigError(
+            f"{key}={devices} spans nodes of trainer.n_gpus_per_node={per_node} devices: use a multiple of {per_node} "
+            f"(whole nodes) or at most {per_node} (one node)"
+        )
+    if devices // per_node > nnodes:
+        raise ConfigError(
+            f"{key}={devices} needs {devices // per_node} nodes of trainer.n_gpus_per_node={per_node}, but "
+            f"trainer.nnodes={nnodes}"
+        )
+    return [per_node] * (devices // per_node)
 
 
 def _worker_groups(pool: Any, classes: dict[str, Any], name: str) -> dict[str, Any]:

@@ -26,6 +26,7 @@ from agent_system import verl_compat as vc
 from agent_system.cpu_backend.hf_server import stop_tokens
 from agent_system.multi_turn_rollout.episode import Episode, Turn, turn_from_output
 from agent_system.prompts.templates import Prompt
+from agent_system.trainer.placement import level_nodes
 from agent_system.trainer.policy import PolicyGroup
 
 logger = logging.getLogger(__name__)
@@ -63,7 +64,10 @@ class LaggedSnapshot:
     def __init__(self, config: DictConfig) -> None:
         view = snapshot_view(config)
         pool = vc.RayResourcePool(
-            process_on_nodes=[config.mlmt.ll_gpus], use_gpu=True, max_colocate_count=1, name_prefix=f"mlmt_{SNAPSHOT}"
+            process_on_nodes=level_nodes(config, "ll"),  # shaped like the LL's pool (one node, or whole nodes)
+            use_gpu=True,
+            max_colocate_count=1,
+            name_prefix=f"mlmt_{SNAPSHOT}",
         )
         worker_group = vc.RayWorkerGroup(
             resource_pool=pool,

@@ -1,0 +1,87 @@
+"""Start-up checks of the device path (agent_system/trainer/gpu_checks.py), computed from the facts they take: Ray's
+free resources per node, whether flash_attn imports, the devices. No Ray here; the check against a live Ray cluster
+runs in tests/integration/test_pool_check_on_cpu.py."""
+
+import pytest
+
+from agent_system.trainer.config import ConfigError, compose_config
+from agent_system.trainer.gpu_checks import pool_demands, pools_fit_message
+from agent_system.trainer.placement import level_nodes
+
+
+def _nodes(count: int, gpus: int, cpus: int = 64) -> dict[str, dict[str, float]]:
+    return {f"10.0.0.{i}": {"GPU": float(gpus), "CPU": float(cpus)} for i in range(count)}
+
+
+def _message(overrides: list[str], nodes: dict[str, dict[str, float]]) -> str | None:
+    return pools_fit_message(pool_demands(compose_config(overrides), "GPU"), nodes, "GPU")
+
+
+def test_two_levels_larger_than_the_node_are_refused_with_what_was_asked_and_what_is_free():
+    message = _message(["mlmt.ll_gpus=8", "mlmt.hl_gpus=8", "trainer.n_gpus_per_node=8"], _nodes(1, 8))
+    assert message is not None
+    assert "mlmt.ll_gpus=8" in message and "mlmt.hl_gpus=8" in message
+    assert "in all 16 CPU, 16 GPU" in message and "8 GPU" in message and "1 alive node" in message
+
+
+def test_pools_that_fit_pass():
+    assert _message(["mlmt.ll_gpus=4", "mlmt.hl_gpus=4", "trainer.n_gpus_per_node=8"], _nodes(1, 8)) is None
+    # one level per node of a two-node job
+    assert (
+        _message(["mlmt.ll_gpus=8", "mlmt.hl_gpus=8", "trainer.n_gpus_per_node=8", "trainer.nnodes=2"], _nodes(2, 8))
+        is None
+    )
+
+
+def test_a_level_with_more_devices_than_a_node_spans_whole_nodes():
+    config = compose_config(["mlmt.ll_gpus=16", "mlmt.hl_gpus=8", "trainer.n_gpus_per_node=8", "trainer.nnodes=3"])
+    assert level_nodes(config, "ll") == [8, 8] and level_nodes(config, "hl") == [8]
+    assert pools_fit_message(pool_demands(config, "GPU"), _nodes(3, 8), "GPU") is None
+    assert "LL pool (mlmt.ll_gpus=16), node 2 of 2" in pools_fit_message(
+        pool_demands(config, "GPU"), _nodes(2, 8), "GPU"
+    )
+    single = compose_config(["mlmt.ll_gpus=16", "trainer.n_gpus_per_node=8"])  # one node: the level stays whole
+    assert level_nodes(single, "ll") == [16]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "match"),
+    [
+        (["mlmt.ll_gpus=12", "trainer.n_gpus_per_node=8", "trainer.nnodes=2"], "use a multiple of 8"),
+        (["mlmt.ll_gpus=24", "trainer.n_gpus_per_node=8", "trainer.nnodes=2"], "needs 3 nodes .* trainer.nnodes=2"),
+    ],
+)
+def test_a_level_that_is_not_whole_nodes_is_rejected_by_name(overrides, match):
+    with pytest.raises(ConfigError, match=f"mlmt.ll_gpus=.*{match}"):
+        level_nodes(compose_config(overrides), "ll")
+
+
+def test_the_lagged_snapshot_under_colocated_placement_is_refused():
+    overrides = [
+        "mlmt.placement=colocated",
+        "trainer.n_gpus_per_node=8",
+        "mlmt.reward.hl_reward=contrastive",
+        "mlmt.reward.contrastive_reference=lagged_snapshot",
+    ]
+    message = _message(overrides, _nodes(1, 8))
+    assert message is not None and "lagged snapshot pool" in message and "shared pool" in message
+    assert _message(overrides[:2], _nodes(1, 8)) is None  # the same run without the snapshot fits
+
+
+def test_the_archer_critic_device_is_counted():
+    overrides = ["mlmt.ll.adv_estimator=archer", "mlmt.archer.num_gpus=1", "mlmt.ll_gpus=4", "mlmt.hl_gpus=4"]
+    assert "ArCHer critic (mlmt.archer.num_gpus=1)" in _message([*overrides, "trainer.n_gpus_per_node=8"], _nodes(1, 8))
+    assert _message([*overrides, "trainer.n_gpus_per_node=8"], _nodes(1, 9)) is None
+
+
+def test_each_pool_must_fit_on_one_node_even_when_the_total_is_free():
+    # 6 + 6 devices on two nodes of 8: fits one per node; a 12-device level on one node does not fit two nodes of 8
+    assert _message(["mlmt.ll_gpus=6", "mlmt.hl_gpus=6", "trainer.n_gpus_per_node=8"], _nodes(2, 8)) is None
+    assert _message(["mlmt.ll_gpus=12", "mlmt.hl_gpus=2", "trainer.n_gpus_per_node=8"], _nodes(2, 8)) is not None
+
+
+def test_on_the_cpu_backend_ranks_are_cpu_slots():
+    config = compose_config(["mlmt.ll_gpus=12", "mlmt.hl_gpus=12"])
+    message = pools_fit_message(pool_demands(config, "CPU"), {"local": {"CPU": 16.0}}, "CPU")
+    assert message is not None and "in all 24 CPU" in message and "16 CPU" in message
+    assert pools_fit_message(pool_demands(config, "CPU"), {"local": {"CPU": 24.0}}, "CPU") is None
