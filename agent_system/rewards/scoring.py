@@ -76,8 +76,8 @@ def compute_score(data_source: str, solution_str: str, ground_truth, extra_info:
         solution_str: The model response.
         ground_truth: The gold answer (math) or the assert list / its JSON string (code).
         extra_info: Row metadata; code rows use ``test_setup_code`` and ``entry_point``.
-        **kwargs: ``timeout_s`` (math-verify timeout, default 5), ``judge`` (a JudgeConfig; by default one is
-            built from the MLMT_JUDGE_* environment variables when they are set), ``sandbox_limits``,
+        **kwargs: ``timeout_s`` (math-verify timeout, default 5), ``judge`` (a JudgeConfig; None, the default: no
+            judge), ``sandbox_limits``,
             ``prompt_str`` (yaml_task: the context before the response that ``score_fn`` / ``done_fn`` read).
 
     Returns:
@@ -96,11 +96,7 @@ def compute_score(data_source: str, solution_str: str, ground_truth, extra_info:
         from agent_system.rewards.code_reward import score_code
 
         return score_code(solution_str, ground_truth, extra_info, kwargs.get("sandbox_limits"))
-    judge = kwargs.get("judge")
-    if judge is None:
-        from agent_system.rewards.judge import JudgeConfig
-
-        judge = JudgeConfig.from_env()
+    judge = kwargs.get("judge")  # off unless passed: the environment never switches it on
     problem = (extra_info or {}).get("question", "") if isinstance(extra_info, dict) else ""
     result = score_math(
         solution_str,

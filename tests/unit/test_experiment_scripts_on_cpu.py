@@ -25,7 +25,7 @@ LLAMA = "meta-llama/Llama-3.2-1B-Instruct"
 # script -> the key values that make it that run (besides the models and data checked for all)
 EXPECTED = {
     "math/HLT_LLT_RR_1_1.sh": {"mlmt.schedule.tH": 1, "mlmt.schedule.tL": 1, "rollout.temperature": 0.1},
-    "math/HLT_LLT_RR_1_15.sh": {"mlmt.schedule.tH": 1, "mlmt.schedule.tL": 15, "trainer.total_epochs": 3},
+    "math/HLT_LLT_RR_1_15.sh": {"mlmt.schedule.tH": 1, "mlmt.schedule.tL": 15, "trainer.total_training_steps": 400},
     "math/HLT_LLT_RR_1_20.sh": {"mlmt.schedule.tH": 1, "mlmt.schedule.tL": 20},
     "math/HLT_LLT_RR_1_10.sh": {"mlmt.schedule.tL": 10, "trainer.total_training_steps": 500},
     "math/HLT_LLT_RR_5_20.sh": {"mlmt.schedule.tH": 5, "mlmt.schedule.tL": 20, "rollout.temperature": 1.0},
@@ -115,7 +115,7 @@ def test_environment_and_overrides_win(tmp_path):
     config = compose_config(overrides)
     assert config.actor_rollout_ref.model.path == "/models/solver" and config.hl.model.path == "/models/writer"
     assert config.data.train_files == "/data/math/train.parquet"
-    assert config.data.val_files == "/data/math500/test.parquet"
+    assert config.data.val_files == "/data/math/val.parquet"  # held out from MATH-500 (data.prepare)
     assert config.mlmt.schedule.tL == 7 and config.data.train_batch_size == 4  # "$@" comes last
 
 
@@ -199,7 +199,7 @@ def test_archer_recipe_variants(tmp_path):
     script = "../recipes/archer/run_archer.sh"
     config = compose_config(_script_argv(script, tmp_path, {"TASK": "code", "FEEDBACK": "self", "SIGNAL": "q"}))
     validate_config(config)
-    assert config.data.train_files == "data/mbpp/train.parquet" and config.data.val_files == "data/mbpp/test.parquet"
+    assert config.data.train_files == "data/mbpp/train.parquet" and config.data.val_files == "data/mbpp/val.parquet"
     assert (config.data.max_prompt_length, config.data.max_response_length) == (2048, 512)
     assert config.mlmt.feedback == "self" and config.mlmt.archer.actor_signal == "q"
     assert config.trainer.experiment_name == "archer_code_self"
@@ -257,7 +257,8 @@ def test_compare_rerun_keeps_the_training_minutes(tmp_path):
             (tmp_path / name / "train_minutes.txt").write_text(recorded)
     assert train(args, "grpo", tmp_path / "grpo") == 3.25
     assert train(args, "score", tmp_path / "score") is None  # trained but never timed: shown as unknown, not as 0
-    metrics = dict.fromkeys(["acc@t1", "final_acc", "delta_t1_final", "i_to_c", "c_to_i", "solved_any_turn"], 0.5)
+    metrics = dict.fromkeys(["greedy_acc@t1", "greedy_final_acc", "delta_t1_final", "i_to_c", "c_to_i"], 0.5)
+    metrics["solved_any_turn"] = 0.5
     rows = [
         {"baseline": "grpo", "mode": "single", "train_minutes": 3.25, "problems": 4, **metrics},
         {"baseline": "score", "mode": "self_correct", "train_minutes": None, "problems": 4, **metrics},
@@ -319,7 +320,7 @@ def test_reinforce_kl_script_composes_the_seed_settings(tmp_path):
     validate_config(config)
     assert config.actor_rollout_ref.model.path == LLAMA
     assert config.data.train_files == "data/gsm8k_5shot/train.parquet"
-    assert config.data.val_files == "data/gsm8k_5shot/test.parquet"
+    assert config.data.val_files == "data/gsm8k_5shot/val.parquet"
     expected = {
         "mlmt.feedback": "none",
         "mlmt.ll.adv_estimator": "reinforce",
@@ -334,3 +335,35 @@ def test_reinforce_kl_script_composes_the_seed_settings(tmp_path):
     for key, value in expected.items():
         assert _select(config, key) == value, key
     assert reference_needed(config) == {"ll": True, "hl": False}
+
+
+@pytest.fixture(scope="module")
+def prepared_data(tmp_path_factory) -> Path:
+    """The default data files (agent_system.data.prepare on ../shared/data; MLMT_SHARED_DATA overrides), ~12 s."""
+    from agent_system.data.prepare import prepare_all
+
+    shared = os.environ.get("MLMT_SHARED_DATA", str(REPO.parent / "shared" / "data"))
+    out = tmp_path_factory.mktemp("data")
+    prepare_all(shared, str(out))
+    return out
+
+
+@pytest.mark.parametrize("script", [*sorted(EXPECTED), *(f"../{s}" for s in sorted(RECIPES))])
+def test_each_script_reaches_every_stage_it_declares(script, prepared_data, tmp_path):
+    """The run's step count, computed as the trainer does from its default training rows, batch and epochs (or its
+    fixed step count), reaches the first step of every stage of mlmt.stages.schedule (the early math scripts ran 3
+    epochs = 174 steps and never reached their stage II at step 200)."""
+    import pandas as pd
+
+    from agent_system.trainer.advantages import stage_at
+    from agent_system.trainer.state import total_training_steps
+
+    config = compose_config(_script_argv(script, tmp_path, {"DATA_DIR": str(prepared_data)}))
+    rows = len(pd.read_parquet(config.data.train_files))
+    total = total_training_steps(
+        config.trainer.total_training_steps, config.trainer.total_epochs, rows, config.data.train_batch_size
+    )
+    reached = {stage_at(config.mlmt.stages, step)[0] for step in range(1, total + 1)}
+    assert reached == set(range(len(config.mlmt.stages.schedule))), (script, total, list(config.mlmt.stages.schedule))
+    if script in ("math/HLT_LLT_RR_1_1.sh", "math/HLT_LLT_RR_1_15.sh", "math/HLT_LLT_RR_1_20.sh", "math/HLF_LLT_RR_1_1.sh"):
+        assert list(config.mlmt.stages.schedule) == [0, 200] and total == 400  # stage II: steps 200-400

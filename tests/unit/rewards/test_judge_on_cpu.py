@@ -74,17 +74,45 @@ def test_unreachable_endpoint_returns_none():
     assert judge_equivalence("", "1", "2", JudgeConfig("http://127.0.0.1:9/v1", "yes", timeout_s=0.5)) is None
 
 
-def test_compute_score_uses_judge_only_after_a_negative_rule_verdict(base_url, monkeypatch):
+def test_compute_score_uses_judge_only_after_a_negative_rule_verdict(base_url):
+    calls = len(_Handler.seen)
+    judge = JudgeConfig(base_url, "yes", timeout_s=2)
+    assert compute_score("math", "\\boxed{2}", "2", judge=judge)["acc"] is True
+    assert len(_Handler.seen) == calls  # rule said yes: no request
+    question = {"question": "Write one half."}
+    assert compute_score("math", "\\boxed{one half}", "\\frac{1}{2}", question, judge=judge)["acc"] is True
+    assert len(_Handler.seen) == calls + 1 and "Write one half." in _Handler.seen[-1][2]["messages"][-1]["content"]
+    fallback = compute_score("math", "\\boxed{one half}", "\\frac{1}{2}", judge=JudgeConfig(base_url, "error"))
+    assert fallback["acc"] is False and "rule verdict kept" in fallback["error"]
+
+
+def test_the_environment_never_switches_the_judge_on(base_url, monkeypatch):
+    """Only a JudgeConfig passed in (built from a run's recorded settings) asks a judge; the former variables don't."""
     monkeypatch.setenv("MLMT_JUDGE_BASE_URL", base_url)
     monkeypatch.setenv("MLMT_JUDGE_MODEL", "yes")
     calls = len(_Handler.seen)
-    assert compute_score("math", "\\boxed{2}", "2")["acc"] is True
-    assert len(_Handler.seen) == calls  # rule said yes: no request
-    assert compute_score("math", "\\boxed{one half}", "\\frac{1}{2}")["acc"] is True
-    assert len(_Handler.seen) == calls + 1
-    monkeypatch.setenv("MLMT_JUDGE_MODEL", "error")
-    fallback = compute_score("math", "\\boxed{one half}", "\\frac{1}{2}")
-    assert fallback["acc"] is False and "rule verdict kept" in fallback["error"]
+    assert compute_score("math", "\\boxed{one half}", "\\frac{1}{2}")["acc"] is False
+    assert len(_Handler.seen) == calls
+    names = {"model": "judge.model", "base_url": "judge.base_url", "timeout_s": "judge.timeout_s"}
+    with pytest.raises(ValueError, match="MLMT_JUDGE_BASE_URL and MLMT_JUDGE_MODEL set in the environment"):
+        JudgeConfig.from_settings(None, None, "MLMT_JUDGE_API_KEY", 10.0, names)
+
+
+def test_judge_from_settings_takes_only_the_key_from_the_environment(monkeypatch):
+    names = {"model": "judge.model", "base_url": "judge.base_url", "timeout_s": "judge.timeout_s"}
+    monkeypatch.delenv("MLMT_JUDGE_BASE_URL", raising=False)
+    monkeypatch.delenv("MLMT_JUDGE_MODEL", raising=False)
+    assert JudgeConfig.from_settings(None, None, "MLMT_JUDGE_API_KEY", 10.0, names) is None  # off by default
+    monkeypatch.setenv("JUDGE_KEY", "sk-1")
+    config = JudgeConfig.from_settings("m", "http://h/v1", "JUDGE_KEY", 3.0, names)
+    assert (config.model, config.base_url, config.api_key, config.timeout_s) == ("m", "http://h/v1", "sk-1", 3.0)
+    assert config.recorded("JUDGE_KEY") == {
+        "model": "m", "base_url": "http://h/v1", "timeout_s": 3.0, "api_key_env": "JUDGE_KEY"
+    }  # fmt: skip
+    with pytest.raises(ValueError, match="judge.model='m' and judge.base_url=None: set both"):
+        JudgeConfig.from_settings("m", None, "JUDGE_KEY", 3.0, names)
+    with pytest.raises(ValueError, match="judge.timeout_s=0"):
+        JudgeConfig.from_settings("m", "http://h/v1", "JUDGE_KEY", 0, names)
 
 
 def test_pool_kills_a_worker_stuck_on_a_slow_judge(base_url):

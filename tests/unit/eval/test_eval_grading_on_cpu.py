@@ -1,0 +1,114 @@
+"""The evaluator's grading: outcomes from the real grader's results, the lenient column with real math-verify in
+killable workers, and a named judge (a real local HTTP server) that gets the problem text and is a column of its own."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from agent_system.eval.grading import LenientGrader, outcome
+from agent_system.eval.math500 import grade
+from agent_system.multi_turn_rollout.episode import Turn
+from agent_system.rewards import RewardPool
+from agent_system.rewards.judge import JudgeConfig
+
+# a response whose parse by math-verify's default extraction takes seconds (hostile input to the lenient grader)
+SLOW_TO_PARSE = " ".join(f"$x^{{{i}}}+\\sqrt{{{i}}}$" for i in range(20000))
+
+
+@pytest.fixture
+def pool():
+    with RewardPool(num_workers=1, timeout_s=10.0) as reward_pool:
+        yield reward_pool
+
+
+@pytest.fixture
+def lenient():
+    with LenientGrader(workers=1, timeout_s=1.0) as grader:
+        yield grader
+
+
+def test_outcomes_of_the_real_graders_results(pool):
+    responses = ["so \\boxed{12}", "so \\boxed{13}", "I think it is twelve", "\\boxed{" + "1+" * 600 + "1}"]
+    items = [{"data_source": "math500", "solution_str": r, "ground_truth": "12", "extra_info": {}} for r in responses]
+    results = pool.score(items)
+    assert [outcome(r, truncated=False) for r in results] == ["correct", "wrong", "no_answer", "wrong"]
+    # a turn cut at its token budget: truncated unless its answer is right anyway
+    assert [outcome(r, truncated=True) for r in results] == ["correct", "truncated", "truncated", "truncated"]
+    # the pool's results for an overrun and a crashed worker (RewardPool.score's docstring)
+    assert outcome({"score": 0.0, "acc": False, "pred": "", "error": "timeout"}, False) == "timeout"
+    assert outcome({"score": 0.0, "acc": False, "pred": "", "error": "worker crashed"}, False) == "error"
+
+
+def test_lenient_counts_an_unboxed_final_answer_and_survives_a_stuck_parse(lenient):
+    pairs = [("So x = 5", "5"), (SLOW_TO_PARSE, "1"), ("so \\boxed{2}", "3"), ("Thus $\\frac{2}{4}$", "\\frac{1}{2}")]
+    results = lenient.grade(pairs)
+    assert [r["lenient"] for r in results] == [True, False, False, True]
+    assert results[0]["lenient_answer"] == "5" and results[2]["lenient_answer"] == "2"
+    assert results[1]["lenient_error"] == "timeout" and results[0]["lenient_error"] is None
+
+
+class _Judge(BaseHTTPRequestHandler):
+    seen: list = []
+
+    def do_POST(self):  # noqa: N802 - http.server API
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        _Judge.seen.append(body["messages"][-1]["content"])
+        payload = json.dumps({"choices": [{"message": {"content": "YES"}}]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture(scope="module")
+def judge_url():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Judge)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    server.shutdown()
+    server.server_close()
+
+
+def _turn(text: str, truncated: bool = False) -> Turn:
+    return Turn(prompt=None, response_ids=[], log_probs=[], text=text, truncated=truncated)
+
+
+def _row(question: str, gold: str, subject: str) -> dict:
+    extra = {"question": question, "subject": subject, "level": "3", "unique_id": f"test/{subject}/1.json"}
+    return {
+        "data_source": "math500",
+        "prompt": [{"role": "user", "content": f"Solve: {question}"}],
+        "reward_model": {"ground_truth": gold},
+        "extra_info": extra,
+    }
+
+
+def test_records_keep_answers_outcomes_lenient_and_the_judge_with_the_problem_text(pool, lenient, judge_url):
+    rows = [_row("What is 6 + 6?", "12", "Algebra"), _row("Half of one?", "\\frac{1}{2}", "Prealgebra")]
+    turns = [
+        [_turn("\\boxed{13}"), _turn("feedback"), _turn("So it is 12")],
+        [_turn("one half, \\boxed{0.5}"), _turn("feedback"), _turn("\\boxed{a half", truncated=True)],
+    ]
+    args = argparse.Namespace(mode="feedback", samples=1, judge_config=None)
+    plain = grade(pool, lenient, rows, [0, 1], turns, args)
+    first = plain[0]["samples"][0]
+    assert first["answer"] == ["13", ""] and first["outcome"] == ["wrong", "no_answer"]
+    assert first["lenient"] == [False, True] and first["lenient_answer"][1] == "12" and "judge" not in first
+    assert plain[1]["samples"][0]["outcome"] == ["correct", "truncated"]
+    assert (plain[0]["subject"], plain[0]["level"], plain[0]["unique_id"]) == ("Algebra", "3", "test/Algebra/1.json")
+
+    asked = len(_Judge.seen)
+    args.judge_config = JudgeConfig(judge_url, "judge", timeout_s=5)
+    judged = grade(pool, lenient, rows, [0, 1], turns, args)
+    assert judged[0]["samples"][0]["judge"] == ["yes", "not_asked"]  # only the rule-wrong answer that exists
+    assert judged[0]["samples"][0]["correct"] == [False, False]  # the rule column is not changed by the judge
+    assert judged[1]["samples"][0]["judge"] == ["not_asked", "not_asked"]
+    assert len(_Judge.seen) == asked + 1 and "What is 6 + 6?" in _Judge.seen[-1]  # the problem text, not ""
