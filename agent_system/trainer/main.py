@@ -173,7 +173,7 @@ def build_trainer(config: DictConfig):
     from agent_system.rewards.code_sandbox import SandboxLimits
     from agent_system.trainer.config import has_hl
     from agent_system.trainer.mlmt_trainer import MLMTTrainer
-    from agent_system.trainer.placement import build_workers
+    from agent_system.trainer.placement import build_workers, critic_levels
 
     use_ref = reference_needed(config)
     train_frame, val_frame = _read_frame(config.data.train_files), _read_frame(config.data.val_files)
@@ -190,8 +190,7 @@ def build_trainer(config: DictConfig):
         tokenizers["hl"] = AutoTokenizer.from_pretrained(config.hl.model.path)
     prompts = PromptBuilder(dict(config.mlmt.prompts.overrides), config.mlmt.prompts.min_quote_tokens)
     check_prompt_budget(config, prompts, tokenizers, {"data.train_files": train_frame, "data.val_files": val_frame})
-    critic_levels = tuple(lv for lv in tokenizers if config.mlmt[lv].adv_estimator in ("gae", "value_baseline"))
-    groups, critics = build_workers(config, use_ref, critic_levels)
+    groups, critics = build_workers(config, use_ref, critic_levels(config))  # none for a frozen level
     for group in groups.values():
         group.init()
     if config.mlmt.ll.adv_estimator == "archer":  # saved and restored with the level critics
