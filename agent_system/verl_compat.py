@@ -11,13 +11,16 @@ Two kinds of things live here:
   1. register the FSDP/FSDP2 LM-head and value-head engines for device ``cpu`` in ``EngineRegistry``;
   2. collapse the process-group backend ``"cpu:gloo,cpu:gloo"`` (which torch rejects as a duplicate) to ``"gloo"``;
   3. build FSDP2 ``CPUOffloadPolicy`` without pinned memory (pinning needs an accelerator);
-  4. load value-head (critic) models with SDPA attention: ``verl.utils.model.load_valuehead_model`` hard-codes
-     ``flash_attention_2``, which needs CUDA;
-  5. give Ray's accelerator-id lookup a ``CPU`` entry: verl's vLLM replica reads
+  4. give Ray's accelerator-id lookup a ``CPU`` entry: verl's vLLM replica reads
      ``get_accelerator_ids()[<platform resource name>][0]`` in each worker to build the server's visible devices,
      and ``CPU`` is not a Ray accelerator (``KeyError: 'CPU'``). The entry lists one id, ``"0"``.
 
   They are applied after the target module is first imported (an import hook), never by editing verl's files.
+
+* **The critic loader**, on every platform: ``verl.utils.model.load_valuehead_model`` hard-codes
+  ``flash_attention_2`` (and, when that fails, says to install trl); the project's loader uses the attention the
+  critic's config selects (``critic.model.override_config.attn_implementation``, verl's ``flash_attention_2`` when
+  unset), so the SDPA fallback without flash-attn (``trainer.gpu_checks``) reaches the critic too.
 """
 
 from __future__ import annotations
@@ -82,6 +85,7 @@ __all__ = [
     "apply_cpu_adjustments",
     "register_hf_rollout",
     "register_level_vllm_rollout",
+    "register_value_head_loader",
     *_LAZY_NAMES,
 ]
 
@@ -228,19 +232,27 @@ def _wrap_process_group_init(module: ModuleType) -> None:
     module.initialize_global_process_group_ray = initialize_global_process_group_ray
 
 
-def _sdpa_value_head_loader(module: ModuleType) -> None:
-    def load_valuehead_model(local_path: str, torch_dtype: Any, model_config: Any, trust_remote_code: bool) -> Any:
-        from transformers import AutoModelForTokenClassification
+def load_valuehead_model(local_path: str, torch_dtype: Any, model_config: Any, trust_remote_code: bool) -> Any:
+    """verl's critic loader with the attention of ``model_config`` (verl builds it from the critic's
+    ``model.override_config.attn_implementation``) instead of a hard-coded ``flash_attention_2``."""
+    from transformers import AutoModelForTokenClassification
 
-        return AutoModelForTokenClassification.from_pretrained(
-            local_path,
-            torch_dtype=torch_dtype,
-            config=model_config,
-            attn_implementation="sdpa",
-            trust_remote_code=trust_remote_code,
-        )
+    return AutoModelForTokenClassification.from_pretrained(
+        local_path,
+        torch_dtype=torch_dtype,
+        config=model_config,
+        attn_implementation=getattr(model_config, "_attn_implementation", None) or "sdpa",
+        trust_remote_code=trust_remote_code,
+    )
 
+
+def _config_value_head_loader(module: ModuleType) -> None:
     module.load_valuehead_model = load_valuehead_model
+
+
+def register_value_head_loader() -> None:
+    """Load critics with the attention their config selects, on every platform (module docstring)."""
+    after_import("verl.utils.model", _config_value_head_loader)
 
 
 def _cpu_accelerator_ids(module: ModuleType) -> None:
@@ -260,7 +272,6 @@ def apply_cpu_adjustments() -> None:
     """Apply the CPU adjustments listed in the module docstring (idempotent per process)."""
     after_import("verl.workers.engine.fsdp.transformer_impl", _register_cpu_engines)
     after_import("verl.workers.engine_workers", _wrap_process_group_init)
-    after_import("verl.utils.model", _sdpa_value_head_loader)
     after_import("ray.runtime_context", _cpu_accelerator_ids)
 
 

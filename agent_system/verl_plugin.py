@@ -102,6 +102,7 @@ def _load() -> None:
         sys.meta_path.insert(0, _EntryModuleFinder())
     verl_compat.register_hf_rollout()
     verl_compat.register_level_vllm_rollout()
+    verl_compat.register_value_head_loader()  # critics load with the attention their config selects (any platform)
     if cpu_backend_requested():
         _activate_cpu_backend()
         CPU_BACKEND_ACTIVE = True

@@ -7,6 +7,12 @@ passed as arguments, so it is unit-tested on a machine without a GPU; the thin r
   counted together, against Ray's free resources per node. verl waits for a placement group with no time-out, so a
   pool that cannot be placed would otherwise hang the run without a message. On the CPU backend devices are ranks
   (one ``CPU`` slot each), so the same check runs in CI.
+
+:func:`prepare_devices` (called by ``main.prepare_config`` after validation, before Ray starts) applies the rest:
+
+* :func:`attention_fallback`: on a GPU node where ``flash_attn`` does not import, every model (actor, reference and
+  critic of both levels) loads with ``sdpa`` and ``use_remove_padding=false``, the path CI runs; with flash-attn,
+  verl's default (``flash_attention_2``, packed sequences) is kept.
 """
 
 from __future__ import annotations
@@ -14,7 +20,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from agent_system.trainer.config import ConfigError, has_hl
 
@@ -148,3 +154,68 @@ def check_pools_fit(config: DictConfig) -> None:
     message = pools_fit_message(pool_demands(config, device_resource), free_resources_per_node(), device_resource)
     if message:
         raise ConfigError(message)
+
+
+# The model sections verl reads attention and padding from: actor and reference share ``<tree>.model``.
+MODEL_SECTIONS = ("actor_rollout_ref.model", "hl.model", "critic.model", "hl_critic.model")
+
+
+def flash_attn_importable() -> tuple[bool, str]:
+    """Whether ``import flash_attn`` works here, and why not (a wheel built for another torch fails on import)."""
+    try:
+        import flash_attn  # noqa: F401
+    except Exception as error:  # noqa: BLE001 - any import failure means verl's flash_attention_2 cannot load
+        return False, f"{type(error).__name__}: {error}"
+    return True, ""
+
+
+def attention_fallback(config: DictConfig, on_gpu: bool, flash_attn: bool) -> list[str]:
+    """Without flash-attn on a GPU: ``sdpa`` and ``use_remove_padding=false`` for every model; returns the keys set.
+
+    verl loads models with ``flash_attention_2`` when ``model.override_config.attn_implementation`` is unset and
+    packs sequences (``use_remove_padding=true``); SDPA on packed sequences has never run here, SDPA on padded ones is
+    what CI runs. An explicit ``flash_attention_2`` cannot load and is rejected; another explicit choice is kept.
+
+    Raises:
+        ConfigError: ``<section>.override_config.attn_implementation=flash_attention_2`` without flash-attn.
+    """
+    if not on_gpu or flash_attn:
+        return []
+    changed = []
+    with open_dict(config):
+        for section in MODEL_SECTIONS:
+            model = OmegaConf.select(config, section)
+            attention = (model.get("override_config") or {}).get("attn_implementation")
+            if attention == "flash_attention_2":
+                raise ConfigError(
+                    f"{section}.override_config.attn_implementation=flash_attention_2, but flash_attn does not import "
+                    "on this node: install flash-attn (README, GPU install), or leave the key unset to use sdpa"
+                )
+            if attention is None:
+                OmegaConf.update(config, f"{section}.override_config.attn_implementation", "sdpa", force_add=True)
+                changed.append(f"{section}.override_config.attn_implementation=sdpa")
+            if model.use_remove_padding:
+                model.use_remove_padding = False
+                changed.append(f"{section}.use_remove_padding=false")
+    return changed
+
+
+def prepare_devices(config: DictConfig, user_overrides: list[str]) -> None:
+    """Device settings and start-up checks of a run (module docstring), before any worker starts.
+
+    Raises:
+        ConfigError: A setting that cannot work on these devices; the message names the keys.
+    """
+    from agent_system import verl_plugin
+
+    on_gpu = not verl_plugin.CPU_BACKEND_ACTIVE
+    if on_gpu:
+        flash_attn, reason = flash_attn_importable()
+        changed = attention_fallback(config, on_gpu, flash_attn)
+        if changed:
+            logger.warning(
+                "flash_attn does not import (%s): actor, reference and critic models of both levels load with sdpa "
+                "and unpacked sequences (%s), the path CI runs; install flash-attn for verl's default",
+                reason,
+                ", ".join(changed),
+            )

@@ -74,6 +74,9 @@ def prepare_config(config: DictConfig, user_overrides: list[str]) -> DictConfig:
             )
             config.data.train_files, config.data.val_files = train, val
     validate_config(config)
+    from agent_system.trainer.gpu_checks import prepare_devices
+
+    prepare_devices(config, user_overrides)  # device settings and checks (attention, vLLM memory, driver, ...)
     return config
 
 

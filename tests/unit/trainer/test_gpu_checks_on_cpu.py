@@ -85,3 +85,67 @@ def test_on_the_cpu_backend_ranks_are_cpu_slots():
     message = pools_fit_message(pool_demands(config, "CPU"), {"local": {"CPU": 16.0}}, "CPU")
     assert message is not None and "in all 24 CPU" in message and "16 CPU" in message
     assert pools_fit_message(pool_demands(config, "CPU"), {"local": {"CPU": 24.0}}, "CPU") is None
+
+
+@pytest.fixture
+def gpu_config(monkeypatch):
+    """What a GPU node composes (no CPU overlay): verl's attention default and packed sequences."""
+    from agent_system import verl_plugin
+
+    monkeypatch.setattr(verl_plugin, "CPU_BACKEND_ACTIVE", False)
+    return compose_config([])
+
+
+SECTIONS = ("actor_rollout_ref.model", "hl.model", "critic.model", "hl_critic.model")
+
+
+def test_without_flash_attn_every_model_of_both_levels_uses_sdpa_unpacked(gpu_config):
+    from omegaconf import OmegaConf
+
+    from agent_system.trainer.gpu_checks import attention_fallback
+
+    for section in SECTIONS:  # verl's defaults: flash_attention_2 (unset) on packed sequences
+        assert "attn_implementation" not in OmegaConf.select(gpu_config, f"{section}.override_config")
+        assert OmegaConf.select(gpu_config, f"{section}.use_remove_padding") is True
+    changed = attention_fallback(gpu_config, on_gpu=True, flash_attn=False)
+    assert len(changed) == 8
+    for section in SECTIONS:
+        assert OmegaConf.select(gpu_config, f"{section}.override_config.attn_implementation") == "sdpa"
+        assert OmegaConf.select(gpu_config, f"{section}.use_remove_padding") is False
+    assert gpu_config.actor_rollout_ref.actor.use_remove_padding is False  # the actor's copy follows its model's
+
+
+def test_with_flash_attn_or_on_cpu_verls_default_is_kept(gpu_config):
+    from omegaconf import OmegaConf
+
+    from agent_system.trainer.gpu_checks import attention_fallback
+
+    before = OmegaConf.to_container(gpu_config)
+    assert attention_fallback(gpu_config, on_gpu=True, flash_attn=True) == []
+    assert attention_fallback(gpu_config, on_gpu=False, flash_attn=False) == []
+    assert OmegaConf.to_container(gpu_config) == before
+
+
+def test_an_explicit_flash_attention_without_flash_attn_is_rejected_by_name(gpu_config):
+    from omegaconf import OmegaConf
+
+    from agent_system.trainer.gpu_checks import attention_fallback
+
+    OmegaConf.update(gpu_config, "hl.model.override_config.attn_implementation", "flash_attention_2", force_add=True)
+    with pytest.raises(ConfigError, match="hl.model.override_config.attn_implementation=flash_attention_2"):
+        attention_fallback(gpu_config, on_gpu=True, flash_attn=False)
+
+
+@pytest.mark.parametrize("attention", ["sdpa", "eager"])
+def test_the_critic_loader_uses_the_attention_of_the_critic_config(tiny_models, attention):
+    import torch
+    import verl.utils.model
+    from transformers import AutoConfig
+
+    from agent_system import verl_compat
+
+    assert verl.utils.model.load_valuehead_model is verl_compat.load_valuehead_model  # the plugin replaced verl's
+    config = AutoConfig.from_pretrained(tiny_models["ll"], attn_implementation=attention)
+    config.num_labels = 1
+    model = verl.utils.model.load_valuehead_model(tiny_models["ll"], torch.float32, config, False)
+    assert model.config._attn_implementation == attention
