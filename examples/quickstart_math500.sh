@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# MLMT on MATH train / MATH-500 validation with the (tH, tL) = (1, 15) schedule of the seed's HLT_LLT_RR_1_15.
+# MLMT on MATH train, validated on 500 held-out MATH test problems that are not in MATH-500 (data/math/val.parquet;
+# evaluate on MATH-500), with the (tH, tL) = (1, 15) schedule of the seed's HLT_LLT_RR_1_15.
 #
 #   bash examples/quickstart_math500.sh [key=value ...]
 #
@@ -9,7 +10,7 @@
 set -xeuo pipefail
 python -m verl.trainer.main_mlmt \
     data.train_files=data/math/train.parquet \
-    data.val_files=data/math500/test.parquet \
+    data.val_files=data/math/val.parquet \
     data.max_prompt_length=4096 data.max_response_length=1024 hl.rollout.response_length=512 \
     mlmt.n=4 mlmt.m=2 mlmt.schedule.tH=1 mlmt.schedule.tL=15 \
     trainer.total_training_steps=100 trainer.save_freq=20 trainer.test_freq=20 \

@@ -46,7 +46,7 @@ RR=(
 # mini-batches of 128 rows.
 MATH=(
   data.train_files="${TRAIN_FILES:-$DATA_DIR/math/train.parquet}"
-  data.val_files="${VAL_FILES:-$DATA_DIR/math500/test.parquet}"
+  data.val_files="${VAL_FILES:-$DATA_DIR/math/val.parquet}"
   data.train_batch_size=128
   data.max_prompt_length=4096
   data.max_response_length=1024

@@ -124,6 +124,56 @@ def _hub_records(spec: DatasetSpec, split: str | None) -> Iterator[tuple[str, in
         yield source, number, dict(record), split
 
 
+def convert_rows(
+    dataset: str,
+    input_path: str | None,
+    split: str | None = None,
+    limit: int | None = None,
+    skip_bad_rows: bool = False,
+) -> tuple[list[dict], list[DataFormatError]]:
+    """Converts one dataset's records to verl rows in memory (:func:`preprocess` without the writing).
+
+    Args:
+        dataset: One of :data:`agent_system.data.sources.DATASETS`.
+        input_path: Local JSONL/parquet file or folder; None reads the Hugging Face hub.
+        split: Keep only this split (local) or load this split (hub); None keeps every row, labelled by its split.
+        limit: Keep at most this many rows.
+        skip_bad_rows: Skip unconvertible records instead of stopping at the first one.
+
+    Returns:
+        ``(rows, skipped-row errors)``.
+
+    Raises:
+        DataFormatError: On the first bad record, unless ``skip_bad_rows``.
+        ValueError: If the dataset is unknown or no row is left.
+    """
+    if dataset not in DATASETS:
+        raise ValueError(f"unknown dataset {dataset!r}; choose from {sorted([*DATASETS, 'yaml'])}")
+    spec = DATASETS[dataset]
+    records = _local_records(input_path, spec, split) if input_path else _hub_records(spec, split)
+    rows, bad = [], []
+    for path, number, record, label in tqdm(records, desc=f"{dataset}", unit="row", mininterval=1.0):
+        if limit is not None and len(rows) >= limit:
+            break
+        try:
+            if isinstance(record, DataFormatError):
+                raise record
+            try:
+                rows.append(spec.convert(record, len(rows), label))
+            except RowError as exc:
+                raise DataFormatError(path, number, exc.field, exc.message) from None
+        except DataFormatError as exc:
+            if not skip_bad_rows:
+                raise
+            bad.append(exc)
+    if bad:
+        listed = "; ".join(str(e) for e in bad[:100]) + (f"; ... and {len(bad) - 100} more" if len(bad) > 100 else "")
+        logger.warning("skipped %d bad rows: %s", len(bad), listed)
+    if not rows:
+        raise ValueError(f"no rows to write for dataset {dataset!r} (split={split!r})")
+    return rows, bad
+
+
 def preprocess(
     dataset: str,
     output: str,
@@ -160,30 +210,7 @@ def preprocess(
             raise ValueError("--dataset yaml needs --input TASK.yaml")
         rows = task_rows(load_task(input_path), split or "train", limit)
         return write_parquet_atomic(rows, output), len(rows), []
-    if dataset not in DATASETS:
-        raise ValueError(f"unknown dataset {dataset!r}; choose from {sorted([*DATASETS, 'yaml'])}")
-    spec = DATASETS[dataset]
-    records = _local_records(input_path, spec, split) if input_path else _hub_records(spec, split)
-    rows, bad = [], []
-    for path, number, record, label in tqdm(records, desc=f"{dataset}", unit="row", mininterval=1.0):
-        if limit is not None and len(rows) >= limit:
-            break
-        try:
-            if isinstance(record, DataFormatError):
-                raise record
-            try:
-                rows.append(spec.convert(record, len(rows), label))
-            except RowError as exc:
-                raise DataFormatError(path, number, exc.field, exc.message) from None
-        except DataFormatError as exc:
-            if not skip_bad_rows:
-                raise
-            bad.append(exc)
-    if bad:
-        listed = "; ".join(str(e) for e in bad[:100]) + (f"; ... and {len(bad) - 100} more" if len(bad) > 100 else "")
-        logger.warning("skipped %d bad rows: %s", len(bad), listed)
-    if not rows:
-        raise ValueError(f"no rows to write for dataset {dataset!r} (split={split!r})")
+    rows, bad = convert_rows(dataset, input_path, split, limit, skip_bad_rows)
     if few_shot:
         from agent_system.envs.gsm8k import add_few_shot, load_gsm8k
 

@@ -11,8 +11,9 @@
 #   bash mlmt-configs/code/HLT_LLT_RR_mbpp.sh [key=value ...]                           # on a GPU node
 #   sbatch mlmt-configs/math/submit_mlmt.sbatch mlmt-configs/code/HLT_LLT_RR_mbpp.sh     # on Slurm
 #
-# Data: python -m agent_system.data.preprocess --dataset mbpp --input DIR --split train --output data/mbpp/train.parquet
-# (and --split test → data/mbpp/test.parquet); or set TRAIN_FILES / VAL_FILES. Runs `python -m verl.trainer.main_mlmt`
+# Data: `bash examples/data_preprocess/prepare_all.sh` writes data/mbpp/train.parquet (task_ids 601-974), val.parquet
+# (511-600, the validation set) and test.parquet (11-510, evaluate on it); or set TRAIN_FILES / VAL_FILES.
+# Runs `python -m verl.trainer.main_mlmt`
 # (printing the full command first) with the shared settings of mlmt-configs/experiment_common.sh plus the overrides
 # below, then your own ("$@", last, so they win). Environment: MODEL / LL_MODEL / HL_MODEL, DATA_DIR, LL_GPUS /
 # HL_GPUS, LOGGER, MLMT_PYTHON. W&B project mlmt_code; outputs in outputs/mlmt_code/HLT_LLT_RR_mbpp.
@@ -21,7 +22,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/../experiment_common.sh"
 
 mlmt_run "${COMMON[@]}" "${RR[@]}" \
   data.train_files="${TRAIN_FILES:-$DATA_DIR/mbpp/train.parquet}" \
-  data.val_files="${VAL_FILES:-$DATA_DIR/mbpp/test.parquet}" \
+  data.val_files="${VAL_FILES:-$DATA_DIR/mbpp/val.parquet}" \
   data.train_batch_size=128 \
   data.max_prompt_length=2048 data.max_response_length=512 hl.rollout.response_length=512 \
   actor_rollout_ref.actor.optim.lr=2e-6 hl.actor.optim.lr=2e-6 \

@@ -29,7 +29,7 @@ case "$TASK" in
   code) TASK_ARGS=(  # the MBPP run's settings (mlmt-configs/code/HLT_LLT_RR_mbpp.sh) for the solver
     "${MATH[@]}"
     data.train_files="${TRAIN_FILES:-$DATA_DIR/mbpp/train.parquet}"
-    data.val_files="${VAL_FILES:-$DATA_DIR/mbpp/test.parquet}"
+    data.val_files="${VAL_FILES:-$DATA_DIR/mbpp/val.parquet}"
     data.max_prompt_length=2048 data.max_response_length=512
     actor_rollout_ref.actor.optim.lr=2e-6 actor_rollout_ref.rollout.temperature=0.7
   ) ;;

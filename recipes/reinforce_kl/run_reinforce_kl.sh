@@ -6,16 +6,14 @@
 # on 5-shot GSM8K prompts (baked into the parquet rows by the preprocess command below). Llama-3.2-1B-Instruct; the
 # seed reports 22% -> 38% GSM8K accuracy.
 #
-#   # once: 5-shot GSM8K (examples from the train split, seeded per row, never the item itself)
-#   python -m agent_system.data.preprocess --dataset gsm8k --input ../shared/data/gsm8k/train.jsonl \
-#       --few-shot 5 --few-shot-pool ../shared/data/gsm8k/train.jsonl --output data/gsm8k_5shot/train.parquet
-#   python -m agent_system.data.preprocess --dataset gsm8k --input ../shared/data/gsm8k/test.jsonl \
-#       --few-shot 5 --few-shot-pool ../shared/data/gsm8k/train.jsonl --output data/gsm8k_5shot/test.parquet
+#   # once: 5-shot GSM8K train / val / test (examples from the train split less the validation slice, seeded per
+#   # row, never the item itself; val = 500 seeded GSM8K train problems removed from train, held out from test)
+#   bash examples/data_preprocess/prepare_all.sh ../shared/data data
 #   bash recipes/reinforce_kl/run_reinforce_kl.sh [key=value ...]                        # a GPU node (GPUS=4)
 #   sbatch mlmt-configs/math/submit_mlmt.sbatch recipes/reinforce_kl/run_reinforce_kl.sh   # on Slurm
 #
 # Environment: MODEL (default meta-llama/Llama-3.2-1B-Instruct), DATA_DIR (default data: $DATA_DIR/gsm8k_5shot/
-# {train,test}.parquet; or TRAIN_FILES / VAL_FILES), GPUS, LOGGER, MLMT_PYTHON. W&B project mlmt_baselines; outputs
+# {train,val}.parquet; or TRAIN_FILES / VAL_FILES), GPUS, LOGGER, MLMT_PYTHON. W&B project mlmt_baselines; outputs
 # in outputs/mlmt_baselines/reinforce_kl (a rerun resumes, the reference as it was at the checkpoint).
 # Evaluate (greedy, GSM8K test, 5-shot):
 #   python -m agent_system.trainer.export --run-dir outputs/mlmt_baselines/reinforce_kl
@@ -26,7 +24,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/../../mlmt-configs/experiment_common.sh"
 
 mlmt_run "${SOLVER_ONLY[@]}" "${MATH[@]}" "${LATER[@]}" \
   data.train_files="${TRAIN_FILES:-$DATA_DIR/gsm8k_5shot/train.parquet}" \
-  data.val_files="${VAL_FILES:-$DATA_DIR/gsm8k_5shot/test.parquet}" \
+  data.val_files="${VAL_FILES:-$DATA_DIR/gsm8k_5shot/val.parquet}" \
   mlmt.feedback=none \
   mlmt.ll.adv_estimator=reinforce mlmt.n=1 \
   mlmt.stages.beta1=[0.25] mlmt.stages.kl_in=advantage \

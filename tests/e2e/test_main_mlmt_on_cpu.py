@@ -122,6 +122,7 @@ def test_mbpp_two_steps_padless_tokenizers_tight_prompt_budget(padless_models, t
         "trainer.test_freq=2",
         f"data.train_files={files[0]}",
         f"data.val_files={files[1]}",
+        "data.allow_test_split_in_train=true",  # the 4 longest test tasks, chosen for the budget, not for accuracy
         f"data.max_prompt_length={budget}",
         "mlmt.prompts.min_quote_tokens=16",
         "data.max_response_length=128",  # long attempts for this budget (the random models rarely stop early)
