@@ -75,6 +75,25 @@ class JudgeConfig:
         return {"model": self.model, "base_url": self.base_url, "timeout_s": self.timeout_s, "api_key_env": api_key_env}
 
 
+def trainer_judge(reward) -> JudgeConfig | None:
+    """The judge of a training run's ``mlmt.reward.judge`` block (``reward`` = ``config.mlmt.reward``).
+
+    Raises:
+        ValueError: The settings of :meth:`JudgeConfig.from_settings`, or a judge timeout that the reward pool's
+            per-response limit ``mlmt.reward.timeout_s`` would always cut short (the judge could never answer).
+    """
+    block = reward.judge
+    names = {key: f"mlmt.reward.judge.{key}" for key in ("model", "base_url", "timeout_s", "api_key_env")}
+    judge = JudgeConfig.from_settings(block.model, block.base_url, block.api_key_env, float(block.timeout_s), names)
+    if judge is not None and judge.timeout_s >= reward.timeout_s:
+        raise ValueError(
+            f"mlmt.reward.judge.timeout_s={judge.timeout_s} >= mlmt.reward.timeout_s={reward.timeout_s}: the reward "
+            "pool kills a grading that overruns mlmt.reward.timeout_s, so a slow judge could never answer; make the "
+            "judge's timeout shorter"
+        )
+    return judge
+
+
 # the environment variables that configured the judge before it became a recorded setting
 FORMER_ENV = ("MLMT_JUDGE_BASE_URL", "MLMT_JUDGE_MODEL")
 

@@ -174,11 +174,13 @@ def build_trainer(config: DictConfig):
     from agent_system.prompts.templates import PromptBuilder
     from agent_system.rewards import RewardPool
     from agent_system.rewards.code_sandbox import SandboxLimits
+    from agent_system.rewards.judge import trainer_judge
     from agent_system.trainer.config import has_hl
     from agent_system.trainer.mlmt_trainer import MLMTTrainer
     from agent_system.trainer.placement import build_workers, critic_levels
 
     use_ref = reference_needed(config)
+    judge = trainer_judge(config.mlmt.reward)  # before any worker: mlmt.reward.judge (recorded), its key from the env
     train_frame, val_frame = _read_frame(config.data.train_files), _read_frame(config.data.val_files)
     from agent_system.data.heldout import check_train_splits, validation_warnings
 
@@ -212,7 +214,7 @@ def build_trainer(config: DictConfig):
     limits = SandboxLimits.within(config.mlmt.reward.timeout_s)  # the code attempts' runs for the feedback writer
     hl_tokenizer = tokenizers.get("hl", tokenizers["ll"])
     runner = EpisodeRunner(groups["ll"], groups.get("hl"), tokenizers["ll"], hl_tokenizer, prompts, limits)
-    pool = RewardPool(config.mlmt.reward.num_workers, config.mlmt.reward.timeout_s)
+    pool = RewardPool(config.mlmt.reward.num_workers, config.mlmt.reward.timeout_s, judge)
     return MLMTTrainer(
         config,
         groups,

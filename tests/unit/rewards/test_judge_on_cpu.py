@@ -125,3 +125,25 @@ def test_pool_kills_a_worker_stuck_on_a_slow_judge(base_url):
         assert time.monotonic() - start < SLOW_REPLY_S - 10  # 1 s timeout + a worker restart, not the slow reply
         assert results[0] == {"score": 0.0, "acc": False, "pred": "", "error": "timeout"}
         assert results[1]["acc"] is True and pool.num_restarts == 1
+
+
+def test_the_trainer_reads_its_judge_from_the_config_and_only_the_key_from_the_environment(monkeypatch):
+    """mlmt.reward.judge: off by default; named in the config (which the run records); checked before any worker."""
+    from agent_system.rewards.judge import trainer_judge
+    from agent_system.trainer.config import compose_config
+    from agent_system.trainer.main import build_trainer
+
+    monkeypatch.delenv("MLMT_JUDGE_BASE_URL", raising=False)
+    monkeypatch.delenv("MLMT_JUDGE_MODEL", raising=False)
+    assert trainer_judge(compose_config().mlmt.reward) is None
+    monkeypatch.setenv("MLMT_JUDGE_API_KEY", "sk-train")
+    named = ["mlmt.reward.judge.model=qwen", "mlmt.reward.judge.base_url=http://h/v1"]
+    judge = trainer_judge(compose_config(named).mlmt.reward)
+    assert (judge.model, judge.base_url, judge.api_key, judge.timeout_s) == ("qwen", "http://h/v1", "sk-train", 3.0)
+    with pytest.raises(ValueError, match=r"mlmt.reward.judge.timeout_s=6.0 >= mlmt.reward.timeout_s=5.0"):
+        trainer_judge(compose_config([*named, "mlmt.reward.judge.timeout_s=6"]).mlmt.reward)
+    with pytest.raises(ValueError, match="mlmt.reward.judge.model='qwen' and mlmt.reward.judge.base_url=None"):
+        build_trainer(compose_config(named[:1]))  # refused before data, tokenizers or any worker
+    monkeypatch.setenv("MLMT_JUDGE_BASE_URL", "http://h/v1")
+    with pytest.raises(ValueError, match="MLMT_JUDGE_BASE_URL set in the environment.*mlmt.reward.judge.model"):
+        build_trainer(compose_config())
