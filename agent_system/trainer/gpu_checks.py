@@ -13,6 +13,11 @@ passed as arguments, so it is unit-tested on a machine without a GPU; the thin r
 * :func:`attention_fallback`: on a GPU node where ``flash_attn`` does not import, every model (actor, reference and
   critic of both levels) loads with ``sdpa`` and ``use_remove_padding=false``, the path CI runs; with flash-attn,
   verl's default (``flash_attention_2``, packed sequences) is kept.
+* :func:`rollout_memory`: under colocated placement both levels' vLLM engines are awake at once on every device, so
+  each level's ``rollout.gpu_memory_utilization`` defaults to :data:`COLOCATED_SHARE` (verl's 0.5 twice, plus two
+  actors, does not fit) and a sum above :data:`COLOCATED_TOTAL` is refused; every level's ``rollout.max_model_len``
+  defaults to its prompt budget plus its response budget (unset, vLLM reserves KV cache for the model's whole
+  context, e.g. 131,072 tokens).
 """
 
 from __future__ import annotations
@@ -200,6 +205,60 @@ def attention_fallback(config: DictConfig, on_gpu: bool, flash_attn: bool) -> li
     return changed
 
 
+COLOCATED_SHARE = 0.35  # per level, of each device
+COLOCATED_TOTAL = 0.7  # both levels' engines; the rest of the device holds both levels' actor (and critic) processes
+POLICY_TREES = ("actor_rollout_ref", "hl")
+
+
+def override_keys(user_overrides: list[str]) -> set[str]:
+    """The config keys set on the command line (``key=value``, ``+key=value``, ``++key=value``)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    return {
+        override.key_or_group
+        for override in OverridesParser.create().parse_overrides(user_overrides)
+        if not override.is_delete() and not override.key_or_group.startswith("hydra")
+    }
+
+
+def rollout_memory(config: DictConfig, user_keys: set[str]) -> list[str]:
+    """vLLM memory settings of both levels (module docstring); returns the keys set.
+
+    Raises:
+        ConfigError: Under colocated placement the two levels' ``gpu_memory_utilization`` sum above
+            :data:`COLOCATED_TOTAL`, or a ``max_model_len`` is below the level's prompt + response budget.
+    """
+    trees = POLICY_TREES if has_hl(config) else POLICY_TREES[:1]
+    changed = []
+    for tree in trees:
+        rollout = config[tree].rollout
+        budget = rollout.prompt_length + rollout.response_length
+        if rollout.max_model_len is None:
+            rollout.max_model_len = budget
+            changed.append(f"{tree}.rollout.max_model_len={budget}")
+        elif rollout.max_model_len < budget:
+            raise ConfigError(
+                f"{tree}.rollout.max_model_len={rollout.max_model_len} is below the level's prompt budget + response "
+                f"budget ({tree}.rollout.prompt_length={rollout.prompt_length} + "
+                f"{tree}.rollout.response_length={rollout.response_length} = {budget}): raise it or leave it unset"
+            )
+    if config.mlmt.placement != "colocated" or len(trees) < 2:
+        return changed
+    keys = [f"{tree}.rollout.gpu_memory_utilization" for tree in trees]
+    for tree, key in zip(trees, keys, strict=True):
+        if key not in user_keys:
+            config[tree].rollout.gpu_memory_utilization = COLOCATED_SHARE
+            changed.append(f"{key}={COLOCATED_SHARE}")
+    shares = [config[tree].rollout.gpu_memory_utilization for tree in trees]
+    if sum(shares) > COLOCATED_TOTAL + 1e-9:
+        raise ConfigError(
+            f"{keys[0]}={shares[0]} + {keys[1]}={shares[1]} = {sum(shares):g} of each device: under "
+            f"mlmt.placement=colocated both levels' vLLM engines are awake at once beside both levels' actors; keep "
+            f"the sum at or below {COLOCATED_TOTAL} (default {COLOCATED_SHARE} each), or use mlmt.placement=split"
+        )
+    return changed
+
+
 def prepare_devices(config: DictConfig, user_overrides: list[str]) -> None:
     """Device settings and start-up checks of a run (module docstring), before any worker starts.
 
@@ -209,6 +268,8 @@ def prepare_devices(config: DictConfig, user_overrides: list[str]) -> None:
     from agent_system import verl_plugin
 
     on_gpu = not verl_plugin.CPU_BACKEND_ACTIVE
+    user_keys = override_keys(user_overrides)
+    logger.info("vLLM engines: %s", ", ".join(rollout_memory(config, user_keys)) or "as configured")
     if on_gpu:
         flash_attn, reason = flash_attn_importable()
         changed = attention_fallback(config, on_gpu, flash_attn)

@@ -149,3 +149,52 @@ def test_the_critic_loader_uses_the_attention_of_the_critic_config(tiny_models, 
     config.num_labels = 1
     model = verl.utils.model.load_valuehead_model(tiny_models["ll"], torch.float32, config, False)
     assert model.config._attn_implementation == attention
+
+
+def test_colocated_levels_default_to_shares_that_fit_and_lengths_to_their_budgets():
+    from agent_system.trainer.gpu_checks import prepare_devices
+
+    overrides = ["mlmt.placement=colocated", "data.max_prompt_length=512", "hl.rollout.response_length=40"]
+    config = compose_config(overrides)
+    assert config.actor_rollout_ref.rollout.gpu_memory_utilization == 0.5  # verl's default, twice on one device
+    assert config.hl.rollout.max_model_len is None  # vLLM would reserve KV cache for the model's whole context
+    prepare_devices(config, overrides)
+    ll, hl = config.actor_rollout_ref.rollout, config.hl.rollout
+    assert (ll.gpu_memory_utilization, hl.gpu_memory_utilization) == (0.35, 0.35)
+    assert (ll.max_model_len, hl.max_model_len) == (512 + config.data.max_response_length, 512 + 40)
+
+
+def test_a_split_run_keeps_verls_memory_share():
+    from agent_system.trainer.gpu_checks import rollout_memory
+
+    config = compose_config([])
+    rollout_memory(config, set())
+    assert config.actor_rollout_ref.rollout.gpu_memory_utilization == 0.5 == config.hl.rollout.gpu_memory_utilization
+
+
+@pytest.mark.parametrize(
+    ("ll", "hl", "fits"), [(0.5, None, False), (0.4, 0.4, False), (0.3, 0.4, True), (None, 0.3, True)]
+)
+def test_a_colocated_sum_above_what_fits_is_rejected_naming_both_keys(ll, hl, fits):
+    from agent_system.trainer.gpu_checks import override_keys, rollout_memory
+
+    overrides = ["mlmt.placement=colocated"]
+    overrides += [] if ll is None else [f"actor_rollout_ref.rollout.gpu_memory_utilization={ll}"]
+    overrides += [] if hl is None else [f"hl.rollout.gpu_memory_utilization={hl}"]
+    config = compose_config(overrides)
+    if fits:
+        rollout_memory(config, override_keys(overrides))
+        assert config.actor_rollout_ref.rollout.gpu_memory_utilization == (ll or 0.35)
+        return
+    with pytest.raises(
+        ConfigError, match=r"actor_rollout_ref.rollout.gpu_memory_utilization=.* \+ hl.rollout.gpu_memory"
+    ):
+        rollout_memory(config, override_keys(overrides))
+
+
+def test_a_max_model_len_below_the_budget_is_rejected_by_name():
+    from agent_system.trainer.gpu_checks import rollout_memory
+
+    config = compose_config(["hl.rollout.max_model_len=100"])
+    with pytest.raises(ConfigError, match="hl.rollout.max_model_len=100 is below"):
+        rollout_memory(config, set())
