@@ -18,6 +18,9 @@ passed as arguments, so it is unit-tested on a machine without a GPU; the thin r
   actors, does not fit) and a sum above :data:`COLOCATED_TOTAL` is refused; every level's ``rollout.max_model_len``
   defaults to its prompt budget plus its response budget (unset, vLLM reserves KV cache for the model's whole
   context, e.g. 131,072 tokens).
+* :func:`check_replica_sizes`: a vLLM replica (``tensor × data × pipeline_model_parallel_size`` devices) larger than
+  ``trainer.n_gpus_per_node`` would be launched by verl as a multi-node vLLM on one host; a level whose devices are
+  not a whole number of replicas would leave devices without a server. Both are refused by name.
 """
 
 from __future__ import annotations
@@ -259,6 +262,39 @@ def rollout_memory(config: DictConfig, user_keys: set[str]) -> list[str]:
     return changed
 
 
+def check_replica_sizes(config: DictConfig) -> None:
+    """Each level's vLLM replica fits one node and its devices hold whole replicas (module docstring).
+
+    Raises:
+        ConfigError: Names ``<tree>.rollout.tensor_model_parallel_size`` and ``trainer.n_gpus_per_node`` (or
+            ``mlmt.<level>_gpus``).
+    """
+    trainer = config.trainer
+    for tree, level in list(zip(POLICY_TREES, ("ll", "hl"), strict=True))[: 2 if has_hl(config) else 1]:
+        rollout = config[tree].rollout
+        sizes = (rollout.tensor_model_parallel_size, rollout.data_parallel_size, rollout.pipeline_model_parallel_size)
+        replica = sizes[0] * sizes[1] * sizes[2]
+        per_node = rollout.n_gpus_per_node
+        if replica > per_node:
+            nodes = -(-replica // per_node)
+            raise ConfigError(
+                f"{tree}.rollout.tensor_model_parallel_size={sizes[0]} (x data_parallel_size={sizes[1]} x "
+                f"pipeline_model_parallel_size={sizes[2]} = {replica} devices per vLLM replica) is larger than "
+                f"trainer.n_gpus_per_node={per_node}: verl would start each replica as a {nodes}-node "
+                f"vLLM on one host. Set trainer.n_gpus_per_node to the devices of each node (at least {replica})"
+            )
+        if config.mlmt.placement == "split":
+            key, devices = f"mlmt.{level}_gpus", config.mlmt[f"{level}_gpus"]
+        else:
+            key, devices = "trainer.n_gpus_per_node x trainer.nnodes", trainer.n_gpus_per_node * trainer.nnodes
+        if devices % replica:
+            raise ConfigError(
+                f"{key}={devices} is not a multiple of the {replica} devices of one vLLM replica "
+                f"({tree}.rollout.tensor_model_parallel_size={sizes[0]} x data_parallel_size x "
+                f"pipeline_model_parallel_size): {devices % replica} device(s) would have no rollout server"
+            )
+
+
 def prepare_devices(config: DictConfig, user_overrides: list[str]) -> None:
     """Device settings and start-up checks of a run (module docstring), before any worker starts.
 
@@ -269,6 +305,7 @@ def prepare_devices(config: DictConfig, user_overrides: list[str]) -> None:
 
     on_gpu = not verl_plugin.CPU_BACKEND_ACTIVE
     user_keys = override_keys(user_overrides)
+    check_replica_sizes(config)
     logger.info("vLLM engines: %s", ", ".join(rollout_memory(config, user_keys)) or "as configured")
     if on_gpu:
         flash_attn, reason = flash_attn_importable()

@@ -198,3 +198,32 @@ def test_a_max_model_len_below_the_budget_is_rejected_by_name():
     config = compose_config(["hl.rollout.max_model_len=100"])
     with pytest.raises(ConfigError, match="hl.rollout.max_model_len=100 is below"):
         rollout_memory(config, set())
+
+
+@pytest.mark.parametrize(
+    ("overrides", "match"),
+    [
+        (
+            ["actor_rollout_ref.rollout.tensor_model_parallel_size=2", "mlmt.ll_gpus=2"],
+            "larger than trainer.n_gpus_per_node=1",
+        ),
+        (["hl.rollout.tensor_model_parallel_size=2", "mlmt.hl_gpus=2"], "hl.rollout.tensor_model_parallel_size=2"),
+        (
+            ["actor_rollout_ref.rollout.tensor_model_parallel_size=2", "mlmt.ll_gpus=3", "trainer.n_gpus_per_node=8"],
+            "mlmt.ll_gpus=3 is not a multiple of the 2 devices",
+        ),
+    ],
+)
+def test_a_replica_larger_than_a_node_or_devices_without_a_replica_are_rejected(overrides, match):
+    from agent_system.trainer.gpu_checks import check_replica_sizes
+
+    with pytest.raises(ConfigError, match=match):
+        check_replica_sizes(compose_config(overrides))
+
+
+def test_tensor_parallel_replicas_that_fit_a_node_pass():
+    from agent_system.trainer.gpu_checks import check_replica_sizes
+
+    tp2 = ["actor_rollout_ref.rollout.tensor_model_parallel_size=2", "hl.rollout.tensor_model_parallel_size=2"]
+    check_replica_sizes(compose_config([*tp2, "mlmt.ll_gpus=4", "mlmt.hl_gpus=2", "trainer.n_gpus_per_node=8"]))
+    check_replica_sizes(compose_config([*tp2, "mlmt.placement=colocated", "trainer.n_gpus_per_node=8"]))
