@@ -162,6 +162,7 @@ def validate_config(config: DictConfig) -> None:
         raise ConfigError(f"mlmt.stages.kl_in={stages.kl_in!r}: choose one of {KL_IN}")
     _check_ref_refresh(config)
     _reject_inert(config)
+    _reject_cannot_act(config)
     from agent_system.trainer.value_shaping import config_errors
 
     errors = config_errors(config)
@@ -280,6 +281,45 @@ def _check_ref_refresh(config: DictConfig) -> None:
         )
     if config.mlmt.ll.freeze:
         raise ConfigError(f"mlmt.ll.ref_refresh_freq={freq} with mlmt.ll.freeze=true: the actor never changes")
+
+
+def _reject_cannot_act(config: DictConfig) -> None:
+    """Reject settings that cannot act in this trainer (issue 16): each error names the keys."""
+    mlmt, reward = config.mlmt, config.mlmt.reward
+    if config.algorithm.get("use_kl_in_reward", False):
+        raise ConfigError(
+            "algorithm.use_kl_in_reward=true: this trainer never applies verl's in-reward KL penalty; put β·KL on "
+            "each turn with mlmt.stages.beta1 / beta2 / beta_l / beta_h (mlmt.stages.kl_in=advantage puts it in the "
+            "advantages, as a reward penalty would) and set algorithm.use_kl_in_reward=false"
+        )
+    if has_hl(config) and mlmt.hl.freeze:
+        if reward.hl_reward == "contrastive":
+            raise ConfigError(
+                "mlmt.reward.hl_reward=contrastive with mlmt.hl.freeze=true: the HL reward trains only the HL, which "
+                "is frozen, yet its reference refinements would be generated every step; set hl_reward=r3"
+            )
+        if reward.confidence_lambda > 0:
+            raise ConfigError(
+                f"mlmt.reward.confidence_lambda={reward.confidence_lambda} with mlmt.hl.freeze=true: the confidence "
+                "term is part of the HL's reward, and the HL is frozen; set confidence_lambda=0"
+            )
+    if mlmt.ll.turn3_group_by == "attempt" and mlmt.ll.adv_estimator not in GROUP_ESTIMATORS:
+        raise ConfigError(
+            f"mlmt.ll.turn3_group_by=attempt with mlmt.ll.adv_estimator={mlmt.ll.adv_estimator}: only "
+            f"{GROUP_ESTIMATORS} have groups, so the setting cannot act; use turn3_group_by=problem"
+        )
+    if mlmt.ll.freeze and 1 in mlmt.stages.stage_ids:
+        raise ConfigError(
+            "mlmt.stages.stage_ids has a stage I (1) with mlmt.ll.freeze=true: stage I changes only the solver's "
+            "turn-1 reward, and the solver is frozen; use stage_ids [2]"
+        )
+    hl_trains = has_hl(config) and not mlmt.hl.freeze
+    if hl_trains and mlmt.hl.adv_estimator in GROUP_ESTIMATORS and mlmt.m > 1 and config.hl.rollout.temperature == 0:
+        raise ConfigError(
+            f"hl.rollout.temperature=0 with mlmt.hl.adv_estimator={mlmt.hl.adv_estimator} and mlmt.m={mlmt.m}: "
+            "greedy decoding writes m identical feedbacks per attempt, so every HL advantage is 0; set "
+            "hl.rollout.temperature > 0, mlmt.m=1 with a non-group estimator, or another mlmt.hl.adv_estimator"
+        )
 
 
 def _reject_inert(config: DictConfig) -> None:

@@ -124,6 +124,44 @@ def set_schedule_horizon(config: DictConfig, train_rows: int) -> dict[str, int]:
     return updates
 
 
+def check_stages_reached(config: DictConfig, train_rows: int) -> None:
+    """Every stage of ``mlmt.stages.schedule`` must start on or before the run's last step (epochs mode: computed
+    from the ``train_rows`` training problems).
+
+    Raises:
+        ConfigError: A stage starts after the last step; the message names the key and the computed total.
+    """
+    from agent_system.trainer.config import ConfigError
+    from agent_system.trainer.plan import run_steps, steps_source
+
+    total = run_steps(config, train_rows)
+    late = [(i, start) for i, start in enumerate(config.mlmt.stages.schedule) if start > total]
+    if late:
+        index, start = late[0]
+        raise ConfigError(
+            f"mlmt.stages.schedule={list(config.mlmt.stages.schedule)}: stage {index} starts at step {start}, after "
+            f"the run's last step {total} ({steps_source(config, train_rows)}); start it earlier or run more steps "
+            "(trainer.total_training_steps)"
+        )
+
+
+def preflight(config: DictConfig):
+    """Before any worker starts: the data-dependent checks, the optimizers' horizons and the run plan, logged and
+    written as ``run_plan.json`` / ``run_plan.md`` in ``trainer.default_local_dir``. Returns the
+    :class:`~agent_system.trainer.plan.RunPlan`."""
+    from agent_system.trainer.plan import build_plan, render_markdown, write_plan
+
+    train_frame, val_frame = _read_frame(config.data.train_files), _read_frame(config.data.val_files)
+    set_schedule_horizon(config, len(train_frame))
+    check_stages_reached(config, len(train_frame))
+    plan = build_plan(config, len(train_frame), None if val_frame is None else len(val_frame))
+    json_path, _ = write_plan(plan, config.trainer.default_local_dir)
+    for notice in plan.notices:
+        logger.warning("%s", notice)
+    logger.info("run plan (also in %s):\n%s", json_path, render_markdown(plan))
+    return plan
+
+
 def check_reference_solutions(frame: pd.DataFrame, path) -> None:
     """The confidence term scores ``extra_info.reference_solution``: every training row must have a non-empty one."""
     for position, extra in enumerate(frame["extra_info"] if "extra_info" in frame else [None] * len(frame)):
@@ -188,6 +226,7 @@ def build_trainer(config: DictConfig):
     for message in validation_warnings(val_frame, train_frame):
         logger.warning(message)
     set_schedule_horizon(config, len(train_frame))
+    check_stages_reached(config, len(train_frame))
     if config.mlmt.reward.confidence_lambda > 0:
         check_reference_solutions(train_frame, config.data.train_files)
     tokenizers = {"ll": AutoTokenizer.from_pretrained(config.actor_rollout_ref.model.path)}
@@ -229,7 +268,10 @@ def build_trainer(config: DictConfig):
 
 
 def run_mlmt(config: DictConfig) -> dict:
-    """Entry of ``python -m verl.trainer.main_mlmt``: train, then log a short summary."""
+    """Entry of ``python -m verl.trainer.main_mlmt``: the run plan, then train and log a short summary.
+
+    ``mlmt.plan_only=true`` logs and writes the plan, then returns ``{"plan", "out_dir"}`` without starting Ray.
+    """
     import ray
 
     from agent_system import console
@@ -242,6 +284,10 @@ def run_mlmt(config: DictConfig) -> dict:
     out_dir = Path(config.trainer.default_local_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("TENSORBOARD_DIR", str(out_dir / "tensorboard"))
+    plan = preflight(config)  # before Ray and any worker
+    if config.mlmt.plan_only:
+        STOP_REQUEST.uninstall()
+        return {"plan": plan.to_json(), "out_dir": str(out_dir)}
     started_ray = not ray.is_initialized()
     if started_ray:
         ray_init = OmegaConf.to_container(config.ray_kwargs.ray_init, resolve=True)
