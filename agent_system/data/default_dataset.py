@@ -4,7 +4,8 @@ Generated offline and deterministically, easy enough for a 135M instruct model t
 mix of difficulty (1: one small operation, 2: larger numbers or word problems, 3: two operations or a
 fraction). The trainer's embedded default (``mlmt.dataset.max_difficulty=1``) keeps difficulty 1 only: measured with
 SmolLM2-135M-Instruct at temperature 1.0 and 64 tokens, 4 samples per problem, turn-1 accuracy is 0.15 with 22 of 48
-problems' groups mixed (some right, some wrong), against 0.08 and 14 of 48 on the full mix. Each row has a short
+problems' groups mixed (some right, some wrong), against 0.08 and 14 of 48 on the full mix (measured on version 1 of
+the generator, before the held-out partition). Each row has a short
 ``reference_solution`` ending with ``\\boxed{answer}``.
 
 Usage::
@@ -16,6 +17,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import hashlib
 import logging
 import os
 import random
@@ -25,7 +27,8 @@ from agent_system.data.schema import make_row, write_parquet_atomic
 
 logger = logging.getLogger(__name__)
 
-FORMAT_VERSION = 1  # bump when the generator changes, so cached files are not reused
+FORMAT_VERSION = 2  # bump when the generator changes, so cached files are not reused (2: held-out partition)
+HELD_OUT_SHARE = 4  # one question in this many (by the hash of its text) is a validation question, never a train one
 _NAMES = ("Tom", "Sara", "Ali", "Mia", "Ben", "Lena", "Omar", "Zoe")
 _ITEMS = ("apples", "pencils", "stickers", "marbles", "cookies", "books", "coins", "flowers")
 
@@ -115,10 +118,21 @@ def generate_problem(rng: random.Random, max_difficulty: int = 3) -> dict:
     return {"question": question, "answer": answer, "solution": solution, "difficulty": difficulty}
 
 
+def is_held_out(question: str) -> bool:
+    """Whether a question belongs to the validation part of the problem space (a fixed quarter, by a hash of its text).
+
+    The split does not depend on the seed or the sizes, so the validation rows of any call (any ``n_val``, any seed)
+    are disjoint from the training rows of any other call: a file of 32 validation problems is held out from a run
+    that generated only 8.
+    """
+    return int(hashlib.sha1(question.encode("utf-8")).hexdigest()[:8], 16) % HELD_OUT_SHARE == 0
+
+
 def generate_rows(n_train: int, n_val: int, seed: int, max_difficulty: int = 3) -> tuple[list[dict], list[dict]]:
     """Generates train and validation rows.
 
-    Validation questions are distinct and never appear in train; train may repeat a question (the easy
+    Validation questions are distinct and held out (:func:`is_held_out`); train questions never are, so no
+    validation question of any seed or size appears in any training set. Train may repeat a question (the easy
     problem space is small), which is fine for RL sampling.
     """
     rng = random.Random(seed)
@@ -129,7 +143,7 @@ def generate_rows(n_train: int, n_val: int, seed: int, max_difficulty: int = 3) 
             if len(splits[split]) >= count:
                 break
             problem = generate_problem(rng, max_difficulty)
-            if problem["question"] in val_questions:
+            if problem["question"] in val_questions or is_held_out(problem["question"]) != (split == "val"):
                 continue
             if split == "val":
                 val_questions.add(problem["question"])

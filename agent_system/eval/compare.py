@@ -91,6 +91,35 @@ def per_baseline_overrides(settings: list[str]) -> dict[str, list[str]]:
     return overrides
 
 
+def training_overlap(args: argparse.Namespace) -> str | None:
+    """The evaluation problems that are also training problems of the runs, measured by id and normalised text
+    (``agent_system.data.heldout``): a message, or None when the evaluation set is held out.
+
+    The runs train on ``--train``, or on the embedded task the trainer generates from ``mlmt.dataset`` (with the
+    ``overrides`` applied); ``--limit`` problems of ``--eval-data`` are evaluated.
+    """
+    import pandas as pd
+
+    from agent_system.data.default_dataset import generate_rows
+    from agent_system.data.heldout import ProblemSet, overlap
+    from agent_system.trainer.config import compose_config
+
+    if args.train:
+        train_rows = pd.read_parquet(args.train).to_dict(orient="records")
+    else:
+        dataset = compose_config(list(args.overrides)).mlmt.dataset
+        train_rows = generate_rows(dataset.n_train, dataset.n_val, dataset.seed, dataset.max_difficulty)[0]
+    evaluated = pd.read_parquet(args.eval_data)
+    evaluated = evaluated.head(args.limit) if args.limit else evaluated
+    found = overlap(evaluated, ProblemSet.of_rows("training", train_rows))
+    if not found.either:
+        return None
+    return (
+        f"{found.either} of the {found.rows} evaluated problems of {args.eval_data} are training problems of the runs "
+        f"({found.by_id} by id, {found.by_text} by problem text): the table is not held out"
+    )
+
+
 def train(args: argparse.Namespace, name: str, run_dir: Path) -> float | None:
     """Run the baseline's script with the budget; returns the training's wall-clock minutes.
 
@@ -210,6 +239,9 @@ def main() -> None:
         parser.exit(2, f"error: {error}\n")
     if not Path(args.eval_data).is_file():
         parser.exit(2, f"error: --eval-data {args.eval_data} does not exist (agent_system.data.preprocess writes it)\n")
+    not_held_out = training_overlap(args)
+    if not_held_out:
+        logger.warning("%s", not_held_out)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     rows = []
