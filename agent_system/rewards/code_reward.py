@@ -9,6 +9,7 @@ from agent_system.rewards.code_sandbox import SandboxLimits, run_tests
 
 _FENCE_RE = re.compile(r"```([A-Za-z0-9_+-]*)[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
 _PYTHON_TAGS = {"", "python", "py", "python3"}
+UNVERIFIABLE = "unverifiable result"  # the program's side of an assert was not plain data (scored as a failure)
 
 
 def extract_code(response: str, entry_point: str | None = None) -> str:
@@ -59,7 +60,9 @@ def score_code(
         limits: Sandbox limits (default :class:`SandboxLimits`).
 
     Returns:
-        ``{"score", "acc", "pred", "error", "pass_rate", "first_failure"}``.
+        ``{"score", "acc", "pred", "error", "pass_rate", "first_failure"}``; ``error`` is the run-level problem
+        (``"program error"``, ``"timeout"``, ``"exited early"``), else ``"unverifiable result"`` when the program's
+        side of an assert was not plain data (docs/CODE_REWARD.md), else None.
     """
     extra_info = extra_info or {}
     tests = parse_tests(ground_truth)
@@ -75,11 +78,12 @@ def score_code(
         }
     result = run_tests(code, tests, extra_info.get("test_setup_code") or "", limits)
     use_fraction = extra_info.get("code_reward") == "pass_rate"
+    unverifiable = UNVERIFIABLE if UNVERIFIABLE in result.outcomes else None
     return {
         "score": result.pass_rate if use_fraction else float(result.all_passed),
         "acc": result.all_passed,
         "pred": code,
-        "error": result.error,
+        "error": result.error or unverifiable,
         "pass_rate": result.pass_rate,
         "first_failure": result.first_failure or "",
     }

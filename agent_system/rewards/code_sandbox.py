@@ -16,6 +16,10 @@ Isolation layers, outermost first (each one is used when the machine allows it):
 
 When a layer is unavailable (not root, no ``unshare``), the probe in :func:`isolation_mode` drops it and
 logs a warning once; docs/REWARDS_AND_DATA.md lists what is then no longer contained.
+
+What is compared, and where (:func:`run_tests`): each assert is split (:mod:`agent_system.rewards.assert_split`); only
+the program's side of it goes into the sandbox, comes back as plain data, and is compared with the expected side here,
+so the program can neither see the expected values nor take part in the comparison (docs/CODE_REWARD.md).
 """
 
 from __future__ import annotations
@@ -35,6 +39,16 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from agent_system.rewards.assert_split import (
+    HOLE_PREFIX,
+    Converted,
+    Unverifiable,
+    decode_value,
+    defined_names,
+    evaluate,
+    split_test,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -79,12 +93,17 @@ class SandboxResult:
         first_failure: Message of the first failing test (or of the program error), else None.
         error: Run-level problem (``"timeout"``, ``"program error"``, ``"exited early"``, ...), else None.
         duration_s: Wall-clock seconds of the run.
+        outcomes: Per test: ``"passed"``, ``"failed"`` (false, or an exception), ``"unverifiable result"`` (the
+            program's side of the assert is not plain data) or ``"not run"`` (the program failed or exited first).
+        whole: Per test, True when it could not be split and ran whole in the sandbox.
     """
 
     passed: list[bool] = field(default_factory=list)
     first_failure: str | None = None
     error: str | None = None
     duration_s: float = 0.0
+    outcomes: list[str] = field(default_factory=list)
+    whole: list[bool] = field(default_factory=list)
 
     @property
     def pass_rate(self) -> float:
@@ -184,26 +203,7 @@ def _kill_session(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
-def _summarise(events: list, n_tests: int, run_error: str | None) -> tuple[list[bool], str | None, str | None]:
-    passed = [False] * n_tests
-    first_failure = None
-    done = False
-    for event in events:
-        if "program_error" in event:
-            return passed, event["program_error"], "program error"
-        if "test" in event and 0 <= event["test"] < n_tests:
-            passed[event["test"]] = bool(event["ok"])
-            if not event["ok"] and first_failure is None:
-                first_failure = event.get("msg", "")
-        done = done or bool(event.get("done"))
-    if not done:
-        run_error = run_error or "exited early"
-        if first_failure is None:
-            first_failure = f"the program did not finish its tests ({run_error})"
-    return passed, first_failure, run_error if not done else None
-
-
-def _run_job(code: str, setup_code: str, tests: list[str], calls: list[str], limits: SandboxLimits):
+def _run_job(code: str, setup_code: str, tests: list[str], calls: list[str], limits: SandboxLimits, probes=()):
     """Runs one harness job in a fresh sandbox; returns ``(events, run-level error, duration_s)``."""
     mode = isolation_mode()
     uid = random.SystemRandom().randrange(*_UID_RANGE)
@@ -215,6 +215,7 @@ def _run_job(code: str, setup_code: str, tests: list[str], calls: list[str], lim
         "setup_code": setup_code or "",
         "tests": list(tests),
         "calls": list(calls),
+        "probes": list(probes),
         "block_sockets": True,
         "limits": {
             "memory_mb": limits.memory_mb,
@@ -256,11 +257,15 @@ def _run_job(code: str, setup_code: str, tests: list[str], calls: list[str], lim
 
 
 def run_tests(code: str, tests: list[str], setup_code: str = "", limits: SandboxLimits | None = None) -> SandboxResult:
-    """Runs ``code`` followed by each test statement in a fresh sandbox.
+    """Runs ``code``, then its side of each test, in one fresh sandbox; compares with the expected sides here.
+
+    Each test is split (:func:`agent_system.rewards.assert_split.split_test`): the sandbox evaluates only the
+    program's side of the assert and sends its value back as plain data; the assert itself, expected values included,
+    is evaluated in this process. A test that cannot be split runs whole in the sandbox (``SandboxResult.whole``).
 
     Args:
         code: The candidate program.
-        tests: Test statements (MBPP's ``assert f(x) == y`` lines), run one by one in the program's namespace.
+        tests: Test statements (MBPP's ``assert f(x) == y`` lines).
         setup_code: Code run after the program and before the tests (MBPP's ``test_setup_code``, or the
             sanitized set's ``test_imports``).
         limits: Resource limits; defaults to :class:`SandboxLimits`.
@@ -268,9 +273,78 @@ def run_tests(code: str, tests: list[str], setup_code: str = "", limits: Sandbox
     Returns:
         The per-test outcome, the first failure message and any run-level error.
     """
-    events, run_error, duration = _run_job(code, setup_code, tests, [], limits or SandboxLimits())
-    passed, first_failure, error = _summarise(events, len(tests), run_error)
-    return SandboxResult(passed, first_failure, error, duration)
+    splits = [split_test(test, defined_names(code, setup_code)) for test in tests]
+    probes = [[hole, wrapper] for s in splits for hole, wrapper in zip(s.holes, s.wrappers, strict=True)]
+    whole = [s.test for s in splits if s.whole]
+    events, run_error, duration = _run_job(code, setup_code, whole, [], limits or SandboxLimits(), probes)
+    done, loaded, probe_events, whole_events = False, False, {}, {}
+    for event in events:
+        if "program_error" in event:
+            message = str(event["program_error"])
+            return SandboxResult([False] * len(tests), message, "program error", duration, ["not run"] * len(tests),
+                                 [s.whole for s in splits])  # fmt: skip
+        if "probe" in event:
+            probe_events.setdefault(event["probe"], event)
+        elif "test" in event:
+            whole_events.setdefault(event["test"], event)
+        done = done or bool(event.get("done"))
+        loaded = loaded or bool(event.get("loaded"))
+    outcomes, messages, next_probe, next_whole = [], [], 0, 0
+    for split in splits:
+        if not loaded:  # the program never finished loading: no assert of it holds (not even `assert True`)
+            outcome, message = "not run", ""
+        elif split.whole:
+            outcome, message = _whole_outcome(whole_events.get(next_whole))
+            next_whole += 1
+        else:
+            found = [probe_events.get(next_probe + k) for k in range(len(split.holes))]
+            next_probe += len(split.holes)
+            outcome, message = _split_outcome(split, found)
+        outcomes.append(outcome)
+        messages.append(message)
+    if not done:
+        run_error = run_error or "exited early"
+    unfinished = f"the program did not finish its tests ({run_error})"
+    messages = [unfinished if o == "not run" else m for o, m in zip(outcomes, messages, strict=True)]
+    passed = [outcome == "passed" for outcome in outcomes]
+    first_failure = next((m for o, m in zip(outcomes, messages, strict=True) if o != "passed"), None)
+    if not done and first_failure is None:
+        first_failure = unfinished
+    whole = [s.whole for s in splits]
+    return SandboxResult(passed, first_failure, run_error if not done else None, duration, outcomes, whole)
+
+
+def _whole_outcome(event: dict | None) -> tuple[str, str]:
+    if event is None:
+        return "not run", ""
+    return ("passed", "") if event.get("ok") else ("failed", str(event.get("msg", "")))
+
+
+def _split_outcome(split, events: list[dict | None]) -> tuple[str, str]:
+    """The outcome of a split test from its probes' events: the assert is evaluated here, on plain values only."""
+    test = split.test.strip()
+    values = {}
+    for k, (hole, event) in enumerate(zip(split.holes, events, strict=True)):
+        if event is None:
+            return "not run", ""
+        if "unverifiable" in event:
+            return "unverifiable result", f"unverifiable result: {hole} gave {event['unverifiable']}  [in: {test}]"
+        if not event.get("ok"):
+            return "failed", f"{str(event.get('msg', '')).strip()}  [in: {test}]"[:1000]
+        try:
+            value = decode_value(event.get("value"))
+            values[f"{HOLE_PREFIX}{k}"] = Converted(value) if event.get("via") == split.wrappers[k] != "" else value
+        except Unverifiable as exc:
+            return "unverifiable result", f"unverifiable result: {hole} gave {exc}  [in: {test}]"
+    try:
+        if evaluate(split.check, values):
+            return "passed", ""
+        message = f"AssertionError: {test}"
+        if split.left is not None:
+            message += f"  (left side evaluated to {repr(evaluate(split.left, values))[:200]})"
+        return "failed", message[:1000]
+    except Exception as exc:  # a trusted function on the program's value, e.g. sorted() of mixed types
+        return "failed", f"{type(exc).__name__}: {str(exc)[:300]}  [in: {test}]"
 
 
 @dataclass

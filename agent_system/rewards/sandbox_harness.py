@@ -1,21 +1,80 @@
-"""Child side of the code sandbox: runs one candidate program against its test asserts (or evaluates calls).
+"""Child side of the code sandbox: runs one candidate program, then evaluates its probes (or runs whole tests).
 
 This file is never imported by the trainer. ``agent_system.rewards.code_sandbox`` reads its source and runs
 it as ``python -I -S -c <source>`` inside the sandbox (see that module for the isolation layers). The job
 arrives as JSON on stdin; results leave as one JSON line per event on a duplicate of the original stdout,
 each line prefixed with a random nonce so that text the candidate writes cannot pass for a result. The
-candidate's own stdout/stderr go to /dev/null. Only the standard library is used. A job's optional ``calls`` are
-expressions evaluated one by one in the program's namespace (each under the per-test alarm); each reports its
-JSON-encodable value or its error (``agent_system.rewards.code_sandbox.run_calls``).
+candidate's own stdout/stderr go to /dev/null. Only the standard library is used.
+
+A job holds ``probes``: the program's side of each test assert (``add(1, 2)`` of ``assert add(1, 2) == 3``, split by
+``agent_system.rewards.assert_split``), with the converter the test wraps it in, if any. Each probe is evaluated in
+the program's namespace under the per-test alarm and its value is sent back as plain data (:func:`_encode`: exact
+builtin types only, a subclass is not one; the standard library's ``Counter`` / ``OrderedDict`` / ``defaultdict`` as
+the dict they hold), never compared here: the expected values and the rest of the asserts are not in this process at
+all. The encoder's type objects and functions are bound when this file starts, before the candidate runs. A value
+that is not plain, inside a converter of the test (``set(f(x)) == ...`` with a generator), is passed through the real
+converter bound here and reported as converted (the trusted side does not apply it again); a ``re.Match`` whose truth
+value is tested is sent as True. ``tests`` are asserts that could
+not be split and run whole (as before the split, so they can be gamed). ``calls`` are expressions whose value is
+sent back JSON-encoded (``agent_system.rewards.code_sandbox.run_calls``, the YAML tasks' functions).
 """
 
 import ast
+import collections
 import json
 import os
+import re
 import resource
 import signal
 import sys
 import traceback
+
+# bound before any candidate code runs: the encoder below uses only these
+# (compared by identity: a metaclass's __eq__ / __hash__ cannot make a class pass for one of these)
+_exact_scalars = ((type(None), "n"), (bool, "b"), (int, "i"), (float, "f"), (complex, "c"), (str, "s"), (bytes, "y"))
+_exact_containers = ((list, "l"), (tuple, "t"), (set, "S"), (frozenset, "F"), (dict, "d"))
+# the standard library's dict subclasses, sent as the dict they hold (read with dict.items itself, so none of their
+# methods runs; a dict literal compares equal to them exactly when it equals that dict)
+_dict_like = (collections.Counter, collections.OrderedDict, collections.defaultdict)
+_type, _float_hex, _hex, _dict_items, _json_dumps = type, float.hex, hex, dict.items, json.dumps
+_type_name = type.__dict__["__qualname__"].__get__
+# the real converters, for a probe the test wraps in one of them when its value itself is not plain (a generator)
+_match_type = type(re.match("", ""))  # always true; final (no subclass can change that); a test of a truth value
+_converters = {"list": list, "tuple": tuple, "set": set, "frozenset": frozenset, "sorted": sorted}
+_MAX_DEPTH = 100
+
+
+class Unverifiable(Exception):
+    """A probe's value is not plain data."""
+
+
+def _encode(value, depth=0):
+    """The value as tagged plain data (decoded by ``agent_system.rewards.assert_split.decode_value``)."""
+    if depth > _MAX_DEPTH:
+        raise Unverifiable("a value nested deeper than " + str(_MAX_DEPTH) + " levels (or a cycle)")
+    kind = _type(value)
+    for exact, tag in _exact_scalars:
+        if kind is exact:
+            if tag == "n":
+                return ["n"]
+            if tag == "i":
+                return ["i", _hex(value)]
+            if tag == "f":
+                return ["f", _float_hex(value)]
+            if tag == "c":
+                return ["c", [_float_hex(value.real), _float_hex(value.imag)]]
+            if tag == "y":
+                return ["y", value.hex()]
+            return [tag, value]
+    for exact in _dict_like:
+        if kind is exact:
+            return ["d", [[_encode(k, depth + 1), _encode(v, depth + 1)] for k, v in _dict_items(value)]]
+    for exact, tag in _exact_containers:
+        if kind is exact:
+            if tag == "d":
+                return ["d", [[_encode(k, depth + 1), _encode(v, depth + 1)] for k, v in _dict_items(value)]]
+            return [tag, [_encode(item, depth + 1) for item in value]]
+    raise Unverifiable("a value of type " + str(_type_name(kind))[:100] + ", not plain data")
 
 
 class TimeLimitExceeded(Exception):
@@ -99,7 +158,7 @@ def main():
     sys.stdin = open(os.devnull)  # noqa: SIM115
 
     def report(event):
-        out.write(nonce + json.dumps(event) + "\n")
+        out.write(nonce + _json_dumps(event) + "\n")
         out.flush()
 
     if job["block_sockets"]:
@@ -115,6 +174,33 @@ def main():
         report({"program_error": _describe_failure(exc, "<program>", namespace)})
         out.close()
         os._exit(0)
+    report({"loaded": True})  # the program and the setup code ran: asserts with no probe can be evaluated
+    for index, (probe, wrapper) in enumerate(job.get("probes", [])):
+        signal.setitimer(signal.ITIMER_REAL, stage_s)
+        try:
+            try:
+                value = eval(compile(probe, f"<probe {index}>", "eval"), namespace)
+                try:
+                    event = {"probe": index, "ok": True, "value": _encode(value)}
+                except Unverifiable:
+                    if wrapper == "bool" and _type(value) is _match_type:
+                        event = {"probe": index, "ok": True, "value": ["b", True], "via": wrapper}
+                    elif wrapper in _converters:
+                        converted = _encode(_converters[wrapper](value))
+                        event = {"probe": index, "ok": True, "value": converted, "via": wrapper}
+                    else:
+                        raise
+            finally:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+        except Unverifiable as exc:
+            event = {"probe": index, "ok": False, "unverifiable": str(exc)}
+        except BaseException as exc:  # noqa: B036 - SystemExit, KeyboardInterrupt from the candidate
+            try:
+                message = "".join(traceback.format_exception_only(type(exc), exc)).strip()[:1000]
+            except BaseException:  # noqa: B036 - the candidate's exception may fail to print
+                message = "an exception that could not be printed"
+            event = {"probe": index, "ok": False, "msg": message}
+        report(event)
     for index, call in enumerate(job.get("calls", [])):
         try:
             signal.setitimer(signal.ITIMER_REAL, stage_s)
