@@ -66,6 +66,7 @@ _LAZY_NAMES: dict[str, tuple[str, str]] = {
     "hf_tokenizer": ("verl.utils", "hf_tokenizer"),
     "get_device_name": ("verl.utils.device", "get_device_name"),
     "run_ppo": ("verl.trainer.main_ppo", "run_ppo"),
+    "get_ppo_ray_runtime_env": ("verl.trainer.constants_ppo", "get_ppo_ray_runtime_env"),
     "tensordict_utils": ("verl.utils", "tensordict_utils"),
     "left_right_2_no_padding": ("verl.workers.utils.padding", "left_right_2_no_padding"),
     "no_padding_2_padding": ("verl.workers.utils.padding", "no_padding_2_padding"),

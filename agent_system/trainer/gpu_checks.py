@@ -21,6 +21,10 @@ passed as arguments, so it is unit-tested on a machine without a GPU; the thin r
 * :func:`check_replica_sizes`: a vLLM replica (``tensor × data × pipeline_model_parallel_size`` devices) larger than
   ``trainer.n_gpus_per_node`` would be launched by verl as a multi-node vLLM on one host; a level whose devices are
   not a whole number of replicas would leave devices without a server. Both are refused by name.
+* :func:`merge_ray_runtime_env`: the Ray runtime environment verl's own trainer gives its workers
+  (``get_ppo_ray_runtime_env``: ``VLLM_DISABLE_COMPILE_CACHE=1`` against vLLM's compile-cache corruption when
+  replicas compile at once, NCCL and vLLM log levels, ...) goes under ``ray_kwargs.ray_init.runtime_env.env_vars``;
+  the user's values there, and the three ``main.run_mlmt`` sets, win.
 """
 
 from __future__ import annotations
@@ -295,6 +299,16 @@ def check_replica_sizes(config: DictConfig) -> None:
             )
 
 
+def merge_ray_runtime_env(config: DictConfig, verl_runtime_env: dict) -> None:
+    """Put verl's runtime ``env_vars`` under ``ray_kwargs.ray_init.runtime_env.env_vars`` (the config's win)."""
+    with open_dict(config):
+        ray_init = config.ray_kwargs.ray_init
+        if ray_init.get("runtime_env") is None:
+            ray_init.runtime_env = {}
+        own = OmegaConf.to_container(ray_init.runtime_env.get("env_vars") or OmegaConf.create({}), resolve=True)
+        ray_init.runtime_env.env_vars = {**verl_runtime_env.get("env_vars", {}), **own}
+
+
 def prepare_devices(config: DictConfig, user_overrides: list[str]) -> None:
     """Device settings and start-up checks of a run (module docstring), before any worker starts.
 
@@ -306,6 +320,9 @@ def prepare_devices(config: DictConfig, user_overrides: list[str]) -> None:
     on_gpu = not verl_plugin.CPU_BACKEND_ACTIVE
     user_keys = override_keys(user_overrides)
     check_replica_sizes(config)
+    from agent_system import verl_compat
+
+    merge_ray_runtime_env(config, verl_compat.get_ppo_ray_runtime_env(config))
     logger.info("vLLM engines: %s", ", ".join(rollout_memory(config, user_keys)) or "as configured")
     if on_gpu:
         flash_attn, reason = flash_attn_importable()

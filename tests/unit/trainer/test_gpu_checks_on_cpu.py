@@ -227,3 +227,15 @@ def test_tensor_parallel_replicas_that_fit_a_node_pass():
     tp2 = ["actor_rollout_ref.rollout.tensor_model_parallel_size=2", "hl.rollout.tensor_model_parallel_size=2"]
     check_replica_sizes(compose_config([*tp2, "mlmt.ll_gpus=4", "mlmt.hl_gpus=2", "trainer.n_gpus_per_node=8"]))
     check_replica_sizes(compose_config([*tp2, "mlmt.placement=colocated", "trainer.n_gpus_per_node=8"]))
+
+
+def test_verls_ray_runtime_environment_is_merged_under_the_users():
+    from agent_system.trainer.gpu_checks import prepare_devices
+
+    mine = "+ray_kwargs.ray_init.runtime_env.env_vars.NCCL_DEBUG=INFO"
+    config = compose_config([mine])
+    assert "VLLM_DISABLE_COMPILE_CACHE" not in str(config.ray_kwargs)
+    prepare_devices(config, [mine])
+    env = config.ray_kwargs.ray_init.runtime_env.env_vars
+    assert env.VLLM_DISABLE_COMPILE_CACHE == "1"  # verl's workaround for vLLM's compile-cache corruption
+    assert env.NCCL_DEBUG == "INFO"  # verl's is WARN: the user's value wins
