@@ -25,11 +25,16 @@ passed as arguments, so it is unit-tested on a machine without a GPU; the thin r
   (``get_ppo_ray_runtime_env``: ``VLLM_DISABLE_COMPILE_CACHE=1`` against vLLM's compile-cache corruption when
   replicas compile at once, NCCL and vLLM log levels, ...) goes under ``ray_kwargs.ray_init.runtime_env.env_vars``;
   the user's values there, and the three ``main.run_mlmt`` sets, win.
+* :func:`driver_message`: the project detects a GPU with ``nvidia-smi``; when torch cannot use it (the torch 2.13
+  wheel is built for CUDA 13 and needs an NVIDIA driver R580 or newer), the run stops here with the driver's and
+  torch's CUDA versions and the fix, instead of deep inside a worker.
 """
 
 from __future__ import annotations
 
 import logging
+import re
+import subprocess
 from dataclasses import dataclass
 
 from omegaconf import DictConfig, OmegaConf, open_dict
@@ -309,6 +314,66 @@ def merge_ray_runtime_env(config: DictConfig, verl_runtime_env: dict) -> None:
         ray_init.runtime_env.env_vars = {**verl_runtime_env.get("env_vars", {}), **own}
 
 
+MIN_DRIVER = 580  # NVIDIA driver branch that runs CUDA 13 (the torch 2.13 GPU wheel's)
+
+
+def nvidia_smi_versions(text: str) -> tuple[str | None, str | None]:
+    """The driver and CUDA versions in ``nvidia-smi``'s header (``Driver Version: 535.104.05  CUDA Version: 12.2``)."""
+    driver = re.search(r"Driver Version:\s*([\d.]+)", text)
+    cuda = re.search(r"CUDA Version:\s*([\d.]+)", text)
+    return (driver.group(1) if driver else None), (cuda.group(1) if cuda else None)
+
+
+def driver_message(
+    torch_cuda_available: bool, smi_text: str | None, torch_version: str, torch_cuda: str | None
+) -> str | None:
+    """None when torch can use the GPU ``nvidia-smi`` shows (or no GPU is shown), else what is wrong and the fix.
+
+    ``torch_cuda`` is ``torch.version.cuda`` (None for a CPU build of torch).
+    """
+    if torch_cuda_available or not smi_text:
+        return None
+    driver, cuda = nvidia_smi_versions(smi_text)
+    seen = f"nvidia-smi shows a GPU (driver {driver or '?'}, highest CUDA {cuda or '?'})"
+    if torch_cuda is None:
+        return (
+            f"{seen}, but torch {torch_version} is a CPU build: install the GPU set (README, GPU install: "
+            "pip install -e '.[gpu]' -c requirements/constraints-gpu.txt), or set VERL_PLATFORM=cpu"
+        )
+    major = int(driver.split(".")[0]) if driver else None
+    cause = (
+        f"driver {driver} is older than R{MIN_DRIVER}, which CUDA {torch_cuda} needs"
+        if major is not None and major < MIN_DRIVER
+        else "the driver and torch do not agree"
+    )
+    return (
+        f"{seen}, but torch.cuda.is_available() is False: torch {torch_version} is built for CUDA {torch_cuda}; "
+        f"{cause}. Update the NVIDIA driver to R{MIN_DRIVER} or newer (README, GPU install), or set VERL_PLATFORM=cpu "
+        "to run on the CPU backend"
+    )
+
+
+def check_driver() -> None:
+    """:func:`driver_message` from this machine's ``nvidia-smi`` and torch.
+
+    Raises:
+        RuntimeError: torch cannot use the GPU that ``nvidia-smi`` shows.
+    """
+    import torch
+
+    try:
+        smi = subprocess.run(["nvidia-smi"], capture_output=True, text=True, timeout=60, check=False).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        smi = None
+    message = driver_message(torch.cuda.is_available(), smi, torch.__version__, torch.version.cuda)
+    if message:
+        raise RuntimeError(message)
+    driver, cuda = nvidia_smi_versions(smi or "")
+    logger.info(
+        "GPU: driver %s (CUDA %s), torch %s built for CUDA %s", driver, cuda, torch.__version__, torch.version.cuda
+    )
+
+
 def prepare_devices(config: DictConfig, user_overrides: list[str]) -> None:
     """Device settings and start-up checks of a run (module docstring), before any worker starts.
 
@@ -325,6 +390,7 @@ def prepare_devices(config: DictConfig, user_overrides: list[str]) -> None:
     merge_ray_runtime_env(config, verl_compat.get_ppo_ray_runtime_env(config))
     logger.info("vLLM engines: %s", ", ".join(rollout_memory(config, user_keys)) or "as configured")
     if on_gpu:
+        check_driver()
         flash_attn, reason = flash_attn_importable()
         changed = attention_fallback(config, on_gpu, flash_attn)
         if changed:

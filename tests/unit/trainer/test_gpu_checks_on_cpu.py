@@ -239,3 +239,28 @@ def test_verls_ray_runtime_environment_is_merged_under_the_users():
     env = config.ray_kwargs.ray_init.runtime_env.env_vars
     assert env.VLLM_DISABLE_COMPILE_CACHE == "1"  # verl's workaround for vLLM's compile-cache corruption
     assert env.NCCL_DEBUG == "INFO"  # verl's is WARN: the user's value wins
+
+
+SMI_535 = """
++-----------------------------------------------------------------------------------------+
+| NVIDIA-SMI 535.104.05             Driver Version: 535.104.05   CUDA Version: 12.2     |
+|-----------------------------------------+------------------------+----------------------+
+|   0  NVIDIA H100 80GB HBM3          On  |   00000000:18:00.0 Off |                    0 |
+"""
+
+
+def test_an_old_driver_is_named_with_both_cuda_versions_and_the_fix():
+    from agent_system.trainer.gpu_checks import driver_message
+
+    message = driver_message(False, SMI_535, "2.13.0+cu130", "13.0")
+    assert "driver 535.104.05" in message and "CUDA 12.2" in message and "built for CUDA 13.0" in message
+    assert "older than R580" in message and "Update the NVIDIA driver to R580 or newer" in message
+    cpu_wheel = driver_message(False, SMI_535.replace("535.104.05", "580.65.06"), "2.13.0+cpu", None)
+    assert "is a CPU build" in cpu_wheel and "constraints-gpu.txt" in cpu_wheel
+
+
+def test_no_message_when_torch_sees_the_gpu_or_no_gpu_is_shown():
+    from agent_system.trainer.gpu_checks import driver_message
+
+    assert driver_message(True, SMI_535, "2.13.0+cu130", "13.0") is None
+    assert driver_message(False, None, "2.13.0+cpu", None) is None
