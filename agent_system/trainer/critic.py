@@ -18,7 +18,7 @@ from verl import DataProto
 
 from agent_system import verl_compat as vc
 from agent_system.trainer.policy import flatten_metrics, mini_batch_size, pad_to_multiple, to_padding_free, unpad_rows
-from agent_system.trainer.value_shaping import critic_loss
+from agent_system.trainer.value_shaping import HL_LOG_PROB_WEIGHT, critic_loss, step_weights
 
 
 class CriticGroup:
@@ -53,28 +53,16 @@ class CriticGroup:
         self.worker_group.reset()
         self.worker_group.set_loss_fn(self.loss_fn)
 
-    def _tensordict(self, batch: DataProto, **meta: Any):
-        return to_padding_free(batch, temperature=self.temperature, **meta)
-
     def compute_values(self, batch: DataProto) -> torch.Tensor:
         """Value estimates of every response position, (B, R)."""
         padded, pad = pad_to_multiple(batch, self.worker_group.world_size)
-        td = self._tensordict(padded, compute_loss=False)
+        td = to_padding_free(padded, temperature=self.temperature, compute_loss=False)
         output = self.worker_group.infer_batch(td).get()
         return unpad_rows(vc.no_padding_2_padding(vc.tensordict_utils.get(output, "values"), td).float(), pad)
 
     def update(self, batch: DataProto) -> dict[str, float]:
         """One critic update on ``values`` / ``returns`` of ``batch`` (padded with masked rows to the DP size)."""
-        batch, _ = pad_to_multiple(batch, self.worker_group.world_size)
-        size = mini_batch_size(len(batch), self.critic_config.ppo_mini_batch_size, self.worker_group.world_size)
-        td = self._tensordict(
-            batch,
-            global_batch_size=size,
-            mini_batch_size=size,
-            epochs=self.critic_config.ppo_epochs,
-            seed=self.critic_config.data_loader_seed,
-            dataloader_kwargs={"shuffle": self.critic_config.shuffle},
-        )
+        td = update_data(batch, self.critic_config, self.worker_group.world_size, self.temperature)
         output = self.worker_group.train_mini_batch(td).get()
         return {
             f"critic/{k.removeprefix('critic/')}": v
@@ -86,6 +74,30 @@ class CriticGroup:
 
     def load_checkpoint(self, path: str) -> None:
         self.worker_group.load_checkpoint(path, None, False)
+
+
+def update_data(batch: DataProto, config: Any, world_size: int, temperature: float) -> Any:
+    """The padding-free ``TensorDict`` that ``train_mini_batch`` takes for one critic update of ``batch``.
+
+    ``batch`` is padded with masked rows to a multiple of ``world_size`` and split by verl into mini-batches of
+    :func:`policy.mini_batch_size` rows (one optimizer step each, ``config.ppo_epochs`` passes). With
+    ``value_grad=full`` the rows' :data:`value_shaping.HL_LOG_PROB_WEIGHT` (log π_H(g)/N3 over the whole batch) are
+    rescaled by :func:`value_shaping.step_weights` so that every optimizer step gets the full −c·mean term.
+    """
+    batch, _ = pad_to_multiple(batch, world_size)
+    size = mini_batch_size(len(batch), config.ppo_mini_batch_size, world_size)
+    td = to_padding_free(
+        batch,
+        temperature=temperature,
+        global_batch_size=size,
+        mini_batch_size=size,
+        epochs=config.ppo_epochs,
+        seed=config.data_loader_seed,
+        dataloader_kwargs={"shuffle": config.shuffle},
+    )
+    if HL_LOG_PROB_WEIGHT in td.keys():
+        td[HL_LOG_PROB_WEIGHT] = step_weights(td[HL_LOG_PROB_WEIGHT], len(batch), size)
+    return td
 
 
 def critic_config(view: DictConfig) -> Any:

@@ -21,6 +21,14 @@ returns per-response-token values whose position 0 is the value at the last prom
     pre-update weights. This is the gradient of the HL's REINFORCE objective averaged over its rows (the seed's
     −mean(log π_H(g)·combined)); an HL estimator's normalisation (GRPO's group mean/std) is not differentiated.
 
+    The critic takes one optimizer step per mini-batch of ``critic.ppo_mini_batch_size`` rows, k = rows /
+    mini-batch size steps per epoch, and each step's MSE is the mean over its own mini-batch (an estimate of the
+    whole batch's). The term is estimated the same way: a step sums (−c·k / N3)·log π_H(g)·V over the turn-3 rows
+    it holds (:func:`step_weights`). That is exactly −c·mean over the step's own turn-3 rows when it holds its
+    share N3/k of them (always with one mini-batch; with the trainer's row order, whole problems per mini-batch
+    and no shuffling), and over the k steps of an epoch it averages to −c·mean over all N3 rows whatever the
+    split.
+
 ``symmetric_reward`` maps R to 2R − 1 (∈ {−1, +1} for 0/1 verifiers, the seed's symmetric reward) in both uses.
 Pure functions, unit-tested without Ray; :func:`critic_loss` runs inside verl's ``TrainingWorker``.
 """
@@ -35,7 +43,7 @@ import torch
 from agent_system import verl_compat as vc
 
 VALUE_GRADS = ("stop", "full")
-HL_LOG_PROB_WEIGHT = "hl_log_prob_weight"  # per critic row: log π_H(g)/N3 on turn-3 rows, 0 elsewhere (full-grad)
+HL_LOG_PROB_WEIGHT = "hl_log_prob_weight"  # per critic row: log π_H(g)·k/N3 on turn-3 rows, 0 elsewhere (full-grad)
 EXTRA_LOSS_METRIC = "critic/hl_value_grad_loss"  # the full-grad term of the critic's loss (0 with stop-grad)
 
 
@@ -80,7 +88,8 @@ def shaped_hl_scores(r3: np.ndarray, feedback_values: np.ndarray, value_coef: fl
 
 
 def full_grad_weights(turn: np.ndarray, hl_log_probs: np.ndarray) -> np.ndarray:
-    """Per critic (LL) row: log π_H(g)/N3 on turn-3 rows, 0 on turn-1 rows.
+    """Per critic (LL) row: log π_H(g)/N3 on turn-3 rows, 0 on turn-1 rows (the whole batch's −c·mean term; the
+    critic's update rescales them per optimizer step with :func:`step_weights`).
 
     Args:
         turn: (N,) turn of each LL row; its turn-3 rows are in the order of the HL's rows (one per feedback).
@@ -95,18 +104,29 @@ def full_grad_weights(turn: np.ndarray, hl_log_probs: np.ndarray) -> np.ndarray:
     return weights
 
 
+def step_weights(weights: torch.Tensor, rows: int, mini_batch_size: int) -> torch.Tensor:
+    """The :func:`full_grad_weights` of a batch of ``rows`` rows, scaled by k = rows / ``mini_batch_size`` so that
+    each of the critic's k optimizer steps gets −c·mean of the term, not 1/k of it (module docstring)."""
+    if rows % mini_batch_size:
+        raise ValueError(f"{rows} critic rows do not split into mini-batches of {mini_batch_size}")
+    return weights * (rows // mini_batch_size)
+
+
 def hl_value_grad_term(prompt_values: torch.Tensor, weights: torch.Tensor, value_coef: float) -> torch.Tensor:
-    """−c·Σ_rows weight·V(prompt): with weights from :func:`full_grad_weights`, −c·mean_rows(log π_H(g)·V(x,z,g))."""
+    """−c·Σ_rows weight·V(prompt) over the rows of one micro-batch: with the weights of :func:`step_weights`, the
+    micro-batches of one optimizer step add up to −c·mean(log π_H(g)·V(x,z,g)) over the step's turn-3 rows."""
     return -value_coef * (weights.detach().to(prompt_values.dtype) * prompt_values).sum()
 
 
 def critic_loss(config: Any, model_output, data, dp_group=None, *, value_coef: float, value_grad: str):
     """verl's value loss (the MSE to R) plus, with ``value_grad=full``, the HL objective's term in V.
 
-    Signature of verl's ``value_loss`` (set with ``TrainingWorker.set_loss_fn``). The critic's batch is one
-    mini-batch (``CriticGroup.update``), split into micro-batches whose gradients add up and are averaged over the
-    ``dp_size`` ranks; the term is scaled by ``dp_size`` like verl's own global-batch normalisation, so the
-    summed gradient is that of −c·mean over all N3 turn-3 rows.
+    Signature of verl's ``value_loss`` (set with ``TrainingWorker.set_loss_fn``), called once per micro-batch. verl
+    splits the critic's batch into mini-batches of ``critic.ppo_mini_batch_size`` rows, one optimizer step each
+    (``critic.update_data``), and each mini-batch into micro-batches whose gradients add up and are averaged over
+    the ``dp_size`` ranks; the term is scaled by ``dp_size`` like verl's own global-batch normalisation. With the
+    rows' weights from :func:`step_weights`, each step's summed gradient is that of −c·mean over its turn-3 rows
+    (module docstring).
     """
     loss, metrics = vc.value_loss(config, model_output, data, dp_group)
     if value_grad == "stop":

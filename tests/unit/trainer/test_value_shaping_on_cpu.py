@@ -22,6 +22,7 @@ from verl.trainer.config import AlgoConfig
 from agent_system import verl_compat as vc
 from agent_system.multi_turn_rollout.batch import build_rows
 from agent_system.trainer import advantages as adv
+from agent_system.trainer import critic as critic_module
 from agent_system.trainer import value_shaping as vs
 from agent_system.trainer.advantages import Stage
 from agent_system.trainer.config import ConfigError, compose_config, validate_config
@@ -116,6 +117,77 @@ def test_stop_equals_verls_value_loss():
     stop, _ = vs.critic_loss(CRITIC, {"values": values}, td, value_coef=COEF, value_grad="stop")
     verl_loss, _ = partial(vc.value_loss, config=CRITIC)(model_output={"values": values}, data=td)
     torch.testing.assert_close(stop, verl_loss)
+
+
+# ---------------------------------------------------------------- the term per optimizer step (issue 16, item 4)
+
+
+def _many_rows(problems=32, n=2, m=3):
+    """LL rows in the trainer's order (per attempt: its turn-1 row, then its m turn-3 rows) and their full-grad
+    weights: 32 problems × 2 attempts × (1 + 3) = 256 rows, 192 of them turn-3."""
+    turn = np.array(([1] + [3] * m) * (problems * n))
+    count = len(turn)
+    rng = np.random.default_rng(0)
+    prompts = [[1] + rng.integers(2, 50, size=int(rng.integers(1, 5))).tolist() for _ in range(count)]
+    responses = [rng.integers(2, 50, size=int(rng.integers(1, 4))).tolist() for _ in range(count)]
+    batch = build_rows(prompts, responses, pad_token_id=0, non_tensors={"turn": turn.tolist()})
+    mask = batch.batch["response_mask"].float()
+    batch.batch["values"] = torch.full(mask.shape, 0.2) * mask
+    batch.batch["returns"] = torch.as_tensor(rng.integers(0, 2, size=count), dtype=torch.float32)[:, None] * mask
+    log_probs = -rng.uniform(1.0, 20.0, size=int((turn == 3).sum()))  # log π_H(g) of each feedback
+    batch.batch[vs.HL_LOG_PROB_WEIGHT] = torch.as_tensor(vs.full_grad_weights(turn, log_probs), dtype=torch.float32)
+    row_log_prob = np.zeros(count)
+    row_log_prob[turn == 3] = log_probs
+    batch.batch["row_log_prob"] = torch.as_tensor(row_log_prob, dtype=torch.float64)  # to check each step against
+    return batch, log_probs
+
+
+def _step_terms(shuffle: bool, mini_batch: int = 128, epochs: int = 1):
+    """The full-grad term of each optimizer step of one critic update, as the critic's loss computes it on the
+    mini-batches verl's iterator cuts (``TrainingWorker.train_mini_batch``), with, per step, the sum of
+    log π_H(g)·V(x, z, g) over its turn-3 rows and their number."""
+    batch, log_probs = _many_rows()
+    config = copy.deepcopy(CRITIC)
+    config.ppo_mini_batch_size, config.shuffle, config.ppo_epochs = mini_batch, shuffle, epochs
+    td = critic_module.update_data(batch, config, world_size=1, temperature=1.0)
+    tu = vc.tensordict_utils
+    size = tu.pop(td, key="mini_batch_size")
+    loader = {k: tu.pop(td, key=k) for k in ("epochs", "seed", "dataloader_kwargs")}
+    assert size == mini_batch and loader["epochs"] == epochs
+    steps, sums, counts = [], [], []
+    torch.manual_seed(0)
+    for part in tu.make_iterator(td, mini_batch_size=size, **loader):
+        tu.assign_non_tensor(part, dp_size=1, batch_num_tokens=None)
+        offsets = part["input_ids"].offsets()
+        values = torch.nested.nested_tensor_from_jagged(torch.randn(int(offsets[-1])), offsets)
+        _, metrics = vs.critic_loss(config, {"values": values}, part, value_coef=COEF, value_grad="full")
+        steps.append(metrics[vs.EXTRA_LOSS_METRIC].aggregate())
+        v_prompt = vc.no_padding_2_padding(values, part)[:, 0].double()
+        turn3 = np.array(list(part["turn"])) == 3
+        sums.append((part["row_log_prob"] * v_prompt).numpy()[turn3].sum())
+        counts.append(int(turn3.sum()))
+    return np.array(steps), np.array(sums), np.array(counts), len(log_probs)
+
+
+def test_each_critic_step_gets_minus_c_mean_over_its_turn3_rows():
+    # issue 16, item 4: 256 rows in mini-batches of 128 gave each step half of the −c·mean term
+    steps, sums, counts, n3 = _step_terms(shuffle=False)
+    assert n3 == 192 and counts.tolist() == [96, 96]  # two optimizer steps, each with its share of turn-3 rows
+    expected = -COEF * sums / counts  # −c·mean over the step's turn-3 rows of log π_H(g)·V(x, z, g)
+    np.testing.assert_allclose(steps, expected, rtol=1e-5)
+    assert np.abs(expected).min() > 0.1  # a term the comparison can see
+
+
+def test_shuffled_mini_batches_each_estimate_the_whole_batch_mean():
+    # like the MSE's mini-batch mean: (k / N3)·Σ over the step's turn-3 rows, k = 256 / 64 steps per epoch
+    steps, sums, counts, n3 = _step_terms(shuffle=True, mini_batch=64, epochs=2)
+    assert len(steps) == 8 and counts.sum() == 2 * n3 and len(set(counts.tolist())) > 1  # uneven shares
+    np.testing.assert_allclose(steps, -COEF * 4 * sums / n3, rtol=1e-5, atol=1e-5)
+
+
+def test_step_weights_need_whole_mini_batches():
+    with pytest.raises(ValueError, match="256 critic rows do not split into mini-batches of 100"):
+        vs.step_weights(torch.zeros(256), 256, 100)
 
 
 # ---------------------------------------------------------------- advantages
