@@ -34,6 +34,7 @@ from agent_system.multi_turn_rollout.episode import Episode, EpisodeRunner, Epis
 from agent_system.prompts.templates import Task
 from agent_system.rewards.yaml_reward import grading_context
 from agent_system.trainer import advantages as adv
+from agent_system.trainer import plan as run_plan
 from agent_system.trainer import state as st
 from agent_system.trainer import value_shaping as vs
 from agent_system.trainer.metrics import episode_metrics, plot_history, trajectory_records
@@ -73,6 +74,8 @@ class MLMTTrainer:
         self.ckpt_dir = self.out_dir / "checkpoints"
         self.global_step = 0
         self.history: list[dict] = []
+        # what the run will do (run_plan.json), checked against self.history when fit() ends
+        self.plan = run_plan.build_plan(config, len(train_frame), None if val_frame is None else len(val_frame))
         self.tracker = vc.Tracking(
             project_name=config.trainer.project_name,
             experiment_name=config.trainer.experiment_name,
@@ -117,6 +120,8 @@ class MLMTTrainer:
             active = levels_to_update(step, self.mlmt.schedule, frozen)
             stage_index, stage = adv.stage_at(self.mlmt.stages, step)
             metrics["train/stage_id"] = stage.stage_id
+            metrics["train/stage_index"] = stage_index  # the plan check compares these two records
+            metrics.update({f"{level}/updated": 1.0 for level in active})
             metrics.update(self.train_levels(active, problems, episodes, scores, stage, timing))
             if self.ref_refresh.due(step):
                 with _timer(timing, "ref_refresh"):
@@ -142,6 +147,7 @@ class MLMTTrainer:
         stopped_at = self.global_step if stop.requested and self.global_step < total else None
         stop.uninstall()
         plot = plot_history(self.history, self.out_dir / "mlmt_progress.png")
+        run_plan.check_run(self.plan, self.config, self.history, self.global_step)  # PlanMismatch on a difference
         return {
             "first_val": first_metrics,
             "last_val": last_val,

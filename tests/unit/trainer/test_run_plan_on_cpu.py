@@ -1,0 +1,169 @@
+"""The pre-flight run plan (agent_system/trainer/plan.py): what each level gets, computed before any worker starts,
+and its comparison with a run's step records."""
+
+from __future__ import annotations
+
+import copy
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from agent_system.trainer.config import compose_config
+from agent_system.trainer.main import set_schedule_horizon
+from agent_system.trainer.plan import (
+    PlanMismatch,
+    build_plan,
+    check_run,
+    compress_steps,
+    plan_differences,
+    read_plan,
+    render_markdown,
+    write_plan,
+)
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def _plan(overrides, train_rows=10_000, val_rows=8):
+    config = compose_config(overrides)
+    set_schedule_horizon(config, train_rows)
+    return config, build_plan(config, train_rows, val_rows)
+
+
+def test_compress_steps():
+    assert compress_steps([]) == "none"
+    assert compress_steps([1, 2, 3, 5, 7, 8, 9]) == "1-3, 5, 7-9"
+    assert compress_steps(list(range(15, 501, 16))) == "15, 31, …, 495 (every 16)"
+    ll = [s for s in range(1, 501) if s % 16 != 15]
+    assert compress_steps(ll) == "1-14, 16-30, 32-46, …, 480-494 (every 16), 496-500"
+
+
+def test_rr_1_15_plan_gives_each_levels_updates_and_lr():
+    cosine = [f"{tree}.optim.{key}" for tree in ("actor_rollout_ref.actor", "hl.actor")
+              for key in ("lr_scheduler_type=cosine", "lr_warmup_steps_ratio=0.1")]  # fmt: skip
+    every_50 = ["trainer.save_freq=50", "trainer.test_freq=50"]
+    config, plan = _plan(["trainer.total_training_steps=500", "mlmt.schedule.tL=15", *every_50, *cosine])
+    ll, hl = plan.levels["ll"], plan.levels["hl"]
+    assert (ll.updates, hl.updates) == (469, 31)
+    assert hl.update_steps_text == "15, 31, …, 495 (every 16)"
+    for level in (ll, hl):
+        lr = level.lr
+        assert lr.completed and lr.horizon == level.updates and lr.peak == pytest.approx(lr.setting)
+        assert lr.first == 0.0 and lr.peak_update == int(0.1 * level.updates) + 1 and lr.after_last == 0.0
+    assert plan.total_steps == 500 and plan.checkpoint_steps == list(range(50, 501, 50))
+    assert plan.validation_steps == [0, *range(50, 501, 50)]
+
+
+def test_rows_tokens_samples_and_references():
+    config, plan = _plan(["mlmt.n=4", "mlmt.m=2", "data.train_batch_size=8", "mlmt.reward.hl_reward=contrastive",
+                          "mlmt.stages.beta_l=[0.01]", "mlmt.hl.adv_estimator=gae"])  # fmt: skip
+    ll, hl = plan.levels["ll"], plan.levels["hl"]
+    assert ll.rows_per_update == 8 * 4 * 3 and hl.rows_per_update == 8 * 4 * 2
+    assert ll.tokens_per_row == config.data.max_prompt_length + config.data.max_response_length
+    assert hl.tokens_per_step == 64 * (config.data.max_prompt_length + config.hl.rollout.response_length)
+    # LL: 32 attempts + 64 refinements + 64 lagged-snapshot refinements (contrastive); HL: 64 feedbacks
+    assert (ll.samples_per_step, hl.samples_per_step, plan.samples_per_step) == (160, 64, 224)
+    assert ll.reference.startswith("initial weights") and hl.reference.startswith("none")
+    assert (ll.critic, hl.critic) == ("none", "hl_critic") and hl.critic_lr.horizon == hl.updates
+    assert plan.samples_per_validation == 8 * 3
+
+
+def test_stage_periods_with_their_coefficients():
+    stages = ["mlmt.stages.schedule=[0,200]", "mlmt.stages.stage_ids=[1,2]", "mlmt.stages.beta1=[0.0,0.01]",
+              "mlmt.stages.beta2=[0.1,0.0]", "mlmt.stages.beta_l=[0.01,0.02]", "mlmt.stages.beta_h=[0,0]",
+              "mlmt.stages.alpha=[0,10]", "trainer.total_training_steps=400"]  # fmt: skip
+    _, plan = _plan(stages)
+    first, second = plan.stages
+    assert (first.first_step, first.last_step, second.first_step, second.last_step) == (1, 199, 200, 400)
+    assert (first.beta_turn1, first.turn1_task_reward, first.alpha) == (0.1, False, 0.0)
+    assert (second.beta_turn1, second.beta_turn3, second.alpha, second.turn1_task_reward) == (0.01, 0.02, 10.0, True)
+    assert plan.stage_index_at(199) == 0 and plan.stage_index_at(200) == 1
+    assert "steps 200-400" in render_markdown(plan)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "key", "size", "steps"),
+    [
+        # recipes/reinforce_kl: 100 rows, mini-batches of "32" are 25 rows
+        (["mlmt.feedback=none", "mlmt.n=1", "data.train_batch_size=100", "mlmt.ll.adv_estimator=reinforce",
+          "actor_rollout_ref.actor.ppo_mini_batch_size=32"], "actor_rollout_ref.actor.ppo_mini_batch_size=32", 25, 4),
+        # 17 rows: a prime, 17 one-row optimizer steps
+        (["mlmt.feedback=none", "mlmt.n=1", "data.train_batch_size=17", "mlmt.ll.adv_estimator=reinforce",
+          "actor_rollout_ref.actor.ppo_mini_batch_size=16"], "actor_rollout_ref.actor.ppo_mini_batch_size=16", 1, 17),
+    ],
+)  # fmt: skip
+def test_mini_batch_cut_to_a_divisor_is_said_at_start_up(overrides, key, size, steps):
+    _, plan = _plan(overrides)
+    ll = plan.levels["ll"]
+    assert (ll.mini_batch, ll.optimizer_steps_per_update) == (size, steps)
+    (notice,) = plan.notices
+    assert notice.startswith(key) and f"mini-batches of {size} rows" in notice and f"{steps} optimizer steps" in notice
+
+
+def test_no_notice_when_the_setting_divides_the_rows():
+    _, plan = _plan(["data.train_batch_size=32", "actor_rollout_ref.actor.ppo_mini_batch_size=64",
+                     "hl.actor.ppo_mini_batch_size=64"])  # fmt: skip
+    assert plan.notices == [] and plan.levels["ll"].mini_batch == 64 and plan.levels["hl"].mini_batch == 64
+
+
+def _history(config, plan, last_step):
+    """Step records as the trainer writes them, for the run the plan describes (lr as verl reports it)."""
+    from agent_system.trainer.plan import lr_after
+
+    records, counts = [], {"ll": 0, "hl": 0}
+    for step in range(1, last_step + 1):
+        record = {"step": step, "train/stage_index": plan.stage_index_at(step)}
+        for level, level_plan in plan.levels.items():
+            if step in level_plan.update_steps:
+                counts[level] += 1
+                record[f"{level}/updated"] = 1.0
+                record[f"{level}/lr"] = lr_after(config, level_plan.lr.section, counts[level])
+        records.append(record)
+    return records
+
+
+def test_plan_check_names_each_difference(tmp_path):
+    overrides = ["trainer.total_training_steps=12", "mlmt.schedule.tL=3", "mlmt.stages.schedule=[0,5]",
+                 "mlmt.stages.stage_ids=[2,2]", *[f"mlmt.stages.{k}=[0,0]" for k in
+                                                  ("beta1", "beta2", "beta_l", "beta_h", "alpha")],
+                 "actor_rollout_ref.actor.optim.lr_scheduler_type=cosine"]  # fmt: skip
+    config, plan = _plan(overrides)
+    history = _history(config, plan, 12)
+    check_run(plan, config, history, 12)
+    check_run(plan, config, history[:7], 7)  # stopped early: the steps that ran
+    assert plan_differences(plan, config, history[:7], 12)  # ... but not as a finished run
+
+    moved = copy.deepcopy(history)  # the HL updated at step 4 instead of 3 (the former phase)
+    moved[2].pop("hl/updated"), moved[2].pop("hl/lr")
+    moved[3]["hl/updated"], moved[3]["hl/lr"] = 1.0, history[2]["hl/lr"]
+    assert any(d.startswith("hl: planned 3 updates (3, 7, 11)") for d in plan_differences(plan, config, moved, 12))
+
+    stage = copy.deepcopy(history)
+    stage[5]["train/stage_index"] = 0
+    assert plan_differences(plan, config, stage, 12) == ["stages: steps 6 ran another stage than the plan's"]
+
+    lr = copy.deepcopy(history)
+    lr[-1]["ll/lr"] *= 1.5 if lr[-1]["ll/lr"] else 0.0
+    lr[-1]["ll/lr"] += 1e-7
+    with pytest.raises(PlanMismatch, match="actor_rollout_ref.actor.optim lr after the last update"):
+        check_run(plan, config, lr, 12)
+
+    write_plan(plan, tmp_path)
+    saved = read_plan(tmp_path)
+    assert saved["levels"]["hl"]["update_steps"] == [3, 7, 11] and (tmp_path / "run_plan.md").is_file()
+
+
+def test_plan_only_prints_the_plan_and_exits_without_ray(tmp_path):
+    out = tmp_path / "run"
+    command = [sys.executable, "-m", "verl.trainer.main_mlmt", "mlmt.plan_only=true",
+               f"trainer.default_local_dir={out}", "mlmt.schedule.tL=3", "trainer.total_training_steps=9"]  # fmt: skip
+    result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "RAY_ADDRESS": ""})  # fmt: skip
+    log = result.stdout + result.stderr
+    assert result.returncode == 0, log[-3000:]
+    assert "# Run plan" in log and "updated on 2 steps: 3, 7" in log  # the HL under (1, 3)
+    assert "Ray:" not in log  # run_mlmt logs the Ray cluster once it started one
+    assert read_plan(out)["levels"]["ll"]["updates"] == 7
