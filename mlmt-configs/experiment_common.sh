@@ -96,12 +96,18 @@ SOLVER_ONLY=(
   trainer.resume_mode=auto
 )
 
-# Temperature and length of the early scripts (_1_1, _1_15, _1_20 at v-head): sampling at 0.1, three epochs.
+# Temperature and length of the early scripts (_1_1, _1_15, _1_20 at v-head): sampling at 0.1, 400 steps.
+# The original's early scripts ran `total_epochs=3` and switched to stage II at global step 200; a step is one batch
+# of 128 problems there and here, so the switch stays at step 200. Three epochs of MATH's 7,500 training problems at
+# 128 per step are only 3 · ⌊7500/128⌋ = 174 steps here, which never reach step 200 (the original's step count came
+# from a dataloader it shrank to 240 rows in stage I while its environment read the file on its own: not this trainer's).
+# So the early scripts run a fixed 400 steps (≈ 6.8 epochs): stage I on steps 1-199, stage II from step 200 to 400,
+# about as long as stage I (SCoRe's script also splits its 500 steps at 250).
 EARLY=(
   actor_rollout_ref.rollout.temperature=0.1
   hl.rollout.temperature=0.1
-  trainer.total_training_steps=null
-  trainer.total_epochs=3
+  trainer.total_training_steps=400
+  trainer.total_epochs=999
   trainer.save_freq=50
 )
 

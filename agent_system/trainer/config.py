@@ -102,6 +102,12 @@ def validate_config(config: DictConfig) -> None:
     mlmt = config.mlmt
     if mlmt.feedback not in FEEDBACK_SOURCES:
         raise ConfigError(f"mlmt.feedback={mlmt.feedback!r}: choose one of {FEEDBACK_SOURCES}")
+    if mlmt.get("code_feedback_tests", "shown") not in ("shown", "all"):
+        raise ConfigError(f"mlmt.code_feedback_tests={mlmt.code_feedback_tests!r}: choose one of ('shown', 'all')")
+    if mlmt.get("code_feedback_tests", "shown") == "all" and mlmt.feedback != "model":
+        raise ConfigError(
+            f"mlmt.code_feedback_tests=all cannot act with mlmt.feedback={mlmt.feedback} (no HL reads it)"
+        )
     if mlmt.n < 1 or mlmt.m < 1:
         raise ConfigError(f"mlmt.n and mlmt.m must be >= 1 (got n={mlmt.n}, m={mlmt.m})")
     for level in LEVELS:

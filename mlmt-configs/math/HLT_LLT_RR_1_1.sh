@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # HLT_LLT_RR_1_1: both levels trainable, REINFORCE at both, both updated on every step (the original's early
-# HLT_LLT_RR_1_1.sh: MATH, Llama-3.2-1B-Instruct at both levels, temperature 0.1, 3 epochs).
+# HLT_LLT_RR_1_1.sh: MATH, Llama-3.2-1B-Instruct at both levels, temperature 0.1; 400 steps, stage II from step 200
+# as the original, where its 3 epochs would stop at step 174 here: mlmt-configs/experiment_common.sh, EARLY).
 #
 #   bash mlmt-configs/math/HLT_LLT_RR_1_1.sh [key=value ...]                         # a GPU node, 2 GPUs per level
 #   sbatch mlmt-configs/math/submit_mlmt.sbatch mlmt-configs/math/HLT_LLT_RR_1_1.sh  # on Slurm

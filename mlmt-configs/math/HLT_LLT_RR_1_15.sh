@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # HLT_LLT_RR_1_15: both levels trainable, REINFORCE at both; cycles of 15 LL steps then 1 HL step (the
-# original's early HLT_LLT_RR_1_15.sh: temperature 0.1, 3 epochs).
+# original's early HLT_LLT_RR_1_15.sh: temperature 0.1; 400 steps, stage II from step 200 as the
+# original, where its 3 epochs would stop at step 174 here: mlmt-configs/experiment_common.sh, EARLY).
 #
 #   bash mlmt-configs/math/HLT_LLT_RR_1_15.sh [key=value ...]                         # a GPU node, 2 GPUs per level
 #   sbatch mlmt-configs/math/submit_mlmt.sbatch mlmt-configs/math/HLT_LLT_RR_1_15.sh  # on Slurm
