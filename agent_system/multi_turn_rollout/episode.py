@@ -5,7 +5,8 @@ returns, its refinement starts. Attempts, feedbacks and refinements of different
 instead of waiting for a turn-wide barrier. Text is decoded only to build the next prompt (HL and LL may use
 different tokenizers); training rows keep the exact token ids and log-probs the servers returned. Prompts are chosen
 by the task's kind and fit the prompt budget (:mod:`agent_system.prompts.templates`). A code attempt is run against
-its task's tests in the sandbox before its feedbacks start: the feedback writer reads the execution result.
+the tests its task shows in the sandbox before its feedbacks start: the feedback writer reads the execution result
+(never a hidden test's, unless ``mlmt.code_feedback_tests=all``).
 """
 
 from __future__ import annotations
@@ -101,6 +102,9 @@ class EpisodeRunner:
         prompts: The prompt builder.
         sandbox_limits: Limits of the sandbox run that gives a code attempt's execution result to the feedback
             writer (the reward's machinery, :func:`agent_system.rewards.code_reward.execution_result`).
+        feedback_tests: Which tests' results the feedback writer reads (``mlmt.code_feedback_tests``): ``"shown"``
+            (default) only those the problem statement shows; ``"all"`` every test, hidden ones with their expected
+            values, as the original did (a leak of the ground truth to the HL).
     """
 
     def __init__(
@@ -111,6 +115,7 @@ class EpisodeRunner:
         hl_tokenizer: Any,
         prompts: PromptBuilder,
         sandbox_limits: SandboxLimits | None = None,
+        feedback_tests: str = "shown",
     ) -> None:
         from agent_system.cpu_backend.hf_server import stop_tokens
 
@@ -118,6 +123,7 @@ class EpisodeRunner:
         self.ll_tokenizer, self.hl_tokenizer = ll_tokenizer, hl_tokenizer
         self.prompts = prompts
         self.sandbox_limits = sandbox_limits or SandboxLimits()
+        self.feedback_tests = feedback_tests
         self.stop_ids = {
             id(tokenizer): set(stop_tokens(tokenizer.name_or_path, tokenizer)[0])
             for tokenizer in (ll_tokenizer, hl_tokenizer)
@@ -136,14 +142,22 @@ class EpisodeRunner:
         return await self._generate("ll", prompt, s, request_id)
 
     async def execution_result(self, task: Task, attempt: Turn) -> str:
-        """Code tasks: ``attempt`` run against the task's tests in the sandbox (in a thread: the episodes of other
-        problems go on generating meanwhile), as the feedback writer reads it; math tasks: ``""``."""
+        """Code tasks: ``attempt`` run against the tests the task shows (all its tests with ``feedback_tests="all"``)
+        in the sandbox (in a thread: the episodes of other problems go on generating meanwhile), as the feedback writer
+        reads it; math tasks: ``""``."""
         if task.kind != "code":
             return ""
         from agent_system.rewards.code_reward import execution_result
 
-        limits = self.sandbox_limits
-        return await asyncio.to_thread(execution_result, attempt.text, task.ground_truth, task.extra_info, limits)
+        args = (
+            attempt.text,
+            task.ground_truth,
+            task.extra_info,
+            self.sandbox_limits,
+            self.feedback_tests,
+            task.problem,
+        )
+        return await asyncio.to_thread(execution_result, *args)
 
     async def feedback_and_refine(
         self, task: Task, attempt: Turn, execution: str, s: EpisodeSettings, rid: str

@@ -14,14 +14,16 @@ Which side is the program's: the operands of a comparison (and the arguments of 
 ``math.isclose``) that use a name which is not a trusted function are candidate sides; when none does (``assert
 sum(10, 15) == 6``, where the program defines ``sum``), the left operand is. On a candidate side, a trusted function
 name that the program itself defines at top level (``def sum``) is the program's, and a call of it is a hole. On
-the other sides trusted names always mean the real functions, so the expected values never become holes. A test that
-is not one ``assert`` statement, or whose expected side this evaluator cannot evaluate, is not split: it runs whole
-in the sandbox, as before (:attr:`Split.whole`), and can be gamed; docs/CODE_REWARD.md lists the counts in MBPP.
+the other sides trusted names always mean the real functions, so the expected values never become holes. (A name is
+the program's when it is neither a builtin nor ``math`` / ``sys``: ``add``, or ``root`` from the setup code.) A test
+that is not one ``assert`` statement, or whose expected side this evaluator cannot evaluate, is not split: it runs
+whole in the sandbox, as before (:attr:`Split.whole`), and can be gamed; docs/CODE_REWARD.md lists the counts in MBPP.
 """
 
 from __future__ import annotations
 
 import ast
+import builtins
 import math
 import operator
 import sys
@@ -51,6 +53,8 @@ TRUSTED_NAMES = {
 }
 CONVERTERS = ("list", "tuple", "set", "frozenset", "sorted")  # may be applied in the sandbox to a non-plain value
 TRUSTED_ATTRIBUTES = {("math", "isclose"): math.isclose, ("sys", "getsizeof"): sys.getsizeof}
+_TRUSTED_MODULES = {module for module, _ in TRUSTED_ATTRIBUTES}
+_BUILTIN_NAMES = set(dir(builtins))
 _COMPARE = {
     ast.Eq: operator.eq,
     ast.NotEq: operator.ne,
@@ -134,13 +138,19 @@ def _trusted_function(func: ast.expr, own: set[str]):
 
 
 def _uses_program(node: ast.AST) -> bool:
-    """True when ``node`` uses a name that is not a trusted function (so it computes with the program)."""
+    """True when ``node`` uses a name that is neither a builtin nor a trusted module (nor bound inside ``node``, as a
+    comprehension's variable is): a name the program or the setup code defines (``add``, ``root``)."""
+    bound = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    bound |= {
+        a.arg for n in ast.walk(node) if isinstance(n, ast.Lambda) for a in ast.walk(n.args) if isinstance(a, ast.arg)
+    }
     for child in ast.walk(node):
-        if isinstance(child, ast.Name) and child.id not in TRUSTED_NAMES and not child.id.startswith(HOLE_PREFIX):
-            if not any(child.id == module for module, _ in TRUSTED_ATTRIBUTES):
-                return True
-        if isinstance(child, ast.Attribute) and isinstance(child.value, ast.Name):
-            if (child.value.id, child.attr) not in TRUSTED_ATTRIBUTES:
+        if isinstance(child, ast.Name) and isinstance(child.ctx, ast.Load) and child.id not in bound:
+            if (
+                child.id not in _BUILTIN_NAMES
+                and child.id not in _TRUSTED_MODULES
+                and not child.id.startswith(HOLE_PREFIX)
+            ):
                 return True
     return False
 
@@ -266,8 +276,9 @@ def split_test(test: str, own: set[str]) -> Split:
         tree = ast.parse(source)
     except (SyntaxError, ValueError):
         return Split(test, whole=True)
-    if len(tree.body) != 1 or not isinstance(tree.body[0], ast.Assert) or tree.body[0].msg is not None:
+    if len(tree.body) != 1 or not isinstance(tree.body[0], ast.Assert):
         return Split(test, whole=True)
+    # an assert's message (``assert f(x) == 1, 2``) only matters once it fails: it is neither sent nor evaluated
     expression = tree.body[0].test
     splitter = _Splitter(source, own)
     try:

@@ -89,26 +89,62 @@ def score_code(
     }
 
 
+FEEDBACK_TESTS = ("shown", "all")  # mlmt.code_feedback_tests: which tests the feedback writer reads the results of
+
+
+def shown_tests(tests: list[str], statement: str) -> list[str]:
+    """The tests whose text the problem statement shows (an MBPP row shows its first assert); the others are hidden."""
+    return [test for test in tests if test.strip() and test.strip() in statement]
+
+
 def execution_result(
     solution_str: str,
     ground_truth: str | list,
     extra_info: dict | None = None,
     limits: SandboxLimits | None = None,
+    tests: str = "shown",
+    statement: str | None = None,
 ) -> str:
-    """What a code reviewer reads about a response: the response run against its tests, as :func:`score_code` runs it.
+    """What a code reviewer (the HL) reads about a response: the response run against the task's tests.
 
     Args:
         solution_str: The model response.
         ground_truth: The assert statements, a list or its JSON string.
-        extra_info: As for :func:`score_code`.
+        extra_info: As for :func:`score_code`; ``question`` is the problem statement when ``statement`` is None.
         limits: Sandbox limits (default :class:`SandboxLimits`).
+        tests: ``"shown"`` (default): only the tests the problem statement shows are run and reported, so the
+            reader never sees a hidden test or its expected value. ``"all"``: every test, and the first failing one
+            with its expected value, as the original did. This leaks the hidden tests (the ground truth) to the
+            feedback writer (``mlmt.code_feedback_tests=all``).
+        statement: The problem statement the solver read (default ``extra_info["question"]``).
 
     Returns:
-        ``"All 3 tests passed."``, or ``"1 of 3 tests passed. First failure: <the failing assert or the error>"``.
+        ``"All 3 tests passed."``, or ``"1 of 3 tests passed. First failure: <the failing assert or the error>"``;
+        with ``tests="shown"``, ``"... tests shown in the task ..."`` and, when the task shows none, whether the
+        program runs.
     """
-    count = len(parse_tests(ground_truth))
-    result = score_code(solution_str, ground_truth, extra_info, limits)
-    if result["acc"]:
-        return f"All {count} tests passed."
-    passed = round(result["pass_rate"] * count)
-    return f"{passed} of {count} tests passed. First failure: {result['first_failure'] or result['error']}"
+    if tests not in FEEDBACK_TESTS:
+        raise ValueError(f"tests={tests!r}: choose one of {FEEDBACK_TESTS}")
+    every = parse_tests(ground_truth)
+    if tests == "all":
+        count, result = len(every), score_code(solution_str, every, extra_info, limits)
+        if result["acc"]:
+            return f"All {count} tests passed."
+        passed = round(result["pass_rate"] * count)
+        return f"{passed} of {count} tests passed. First failure: {result['first_failure'] or result['error']}"
+    extra_info = extra_info or {}
+    text = statement if statement is not None else str(extra_info.get("question") or "")
+    shown = shown_tests(every, text)
+    code = extract_code(solution_str or "", extra_info.get("entry_point"))
+    if not code.strip():
+        return f"0 of {len(shown)} tests shown in the task passed. First failure: no code found in the response"
+    result = run_tests(code, shown, extra_info.get("test_setup_code") or "", limits)
+    if not shown:
+        if result.error:
+            return f"The task shows no test. The program failed to run: {result.first_failure or result.error}"
+        return "The task shows no test. The program runs without error."
+    if result.all_passed:
+        return f"All {len(shown)} tests shown in the task passed."
+    passed = sum(result.passed)
+    failure = result.first_failure or result.error
+    return f"{passed} of {len(shown)} tests shown in the task passed. First failure: {failure}"

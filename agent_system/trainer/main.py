@@ -252,7 +252,10 @@ def build_trainer(config: DictConfig):
         snapshot.init()
     limits = SandboxLimits.within(config.mlmt.reward.timeout_s)  # the code attempts' runs for the feedback writer
     hl_tokenizer = tokenizers.get("hl", tokenizers["ll"])
-    runner = EpisodeRunner(groups["ll"], groups.get("hl"), tokenizers["ll"], hl_tokenizer, prompts, limits)
+    feedback_tests = config.mlmt.get("code_feedback_tests", "shown")
+    runner = EpisodeRunner(
+        groups["ll"], groups.get("hl"), tokenizers["ll"], hl_tokenizer, prompts, limits, feedback_tests
+    )
     pool = RewardPool(config.mlmt.reward.num_workers, config.mlmt.reward.timeout_s, judge)
     return MLMTTrainer(
         config,

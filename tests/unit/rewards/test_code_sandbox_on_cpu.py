@@ -231,12 +231,23 @@ def test_extract_code_and_compute_score_mbpp():
 
 
 def test_execution_result_for_the_feedback_writer():
-    """What the HL reads about a code attempt: the pass count and the first failing test or the error."""
+    """What the HL reads about a code attempt: the pass count and the first failing test or the error; of every test
+    with ``tests="all"`` (the original's, a leak), else of the tests the statement shows (test_code_feedback_...)."""
     tests = json.dumps([*ADD_TESTS, "assert add(0, 0) == 0"])
-    assert execution_result(f"```python\n{GOOD}```", tests, {"entry_point": "add"}, ROOMY) == "All 3 tests passed."
-    wrong = execution_result("def add(a, b):\n    return 3\n", tests, {}, ROOMY)
+    good = f"```python\n{GOOD}```"
+    assert execution_result(good, tests, {"entry_point": "add"}, ROOMY, "all") == "All 3 tests passed."
+    wrong = execution_result("def add(a, b):\n    return 3\n", tests, {}, ROOMY, "all")
     assert wrong.startswith("1 of 3 tests passed. First failure: AssertionError: assert add(2, 2) == 4")
     assert "left side evaluated to 3" in wrong
-    broken = execution_result("def add(a, b) return a", tests, {}, ROOMY)
+    broken = execution_result("def add(a, b) return a", tests, {}, ROOMY, "all")
     assert broken.startswith("0 of 3 tests passed. First failure: ") and "SyntaxError" in broken, broken
-    assert execution_result("", tests, {}, ROOMY) == "0 of 3 tests passed. First failure: no code found in the response"
+    assert execution_result("", tests, {}, ROOMY, "all") == (
+        "0 of 3 tests passed. First failure: no code found in the response"
+    )
+    shown = {"question": f"Write add.\n{ADD_TESTS[0]}"}
+    assert execution_result(good, tests, shown, ROOMY) == "All 1 tests shown in the task passed."
+    wrong = execution_result("def add(a, b):\n    return 3\n", tests, shown, ROOMY)
+    assert wrong == "All 1 tests shown in the task passed."  # the failing add(2, 2) == 4 is hidden
+    assert execution_result("", tests, shown, ROOMY) == (
+        "0 of 1 tests shown in the task passed. First failure: no code found in the response"
+    )

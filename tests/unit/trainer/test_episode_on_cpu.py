@@ -83,7 +83,10 @@ def test_code_and_math_tasks_get_their_own_prompts_and_the_hl_sees_the_execution
     replies_ll = {"t1": WRONG_CODE, "t3": "```python\ndef add(a, b):\n    return a + b\n```"}
     code_episode, math_episode = _run(tokenizers, replies_ll, {"t2": "Check the operator."}, 4096, tasks)
     attempt = code_episode.attempts[0]
-    expected = "1 of 3 tests passed. First failure: AssertionError: assert add(1, 2) == 3  (left side evaluated to 2)"
+    expected = (  # the shown test only: the hidden ones never reach the HL (test_code_feedback_visibility_on_cpu.py)
+        "0 of 1 tests shown in the task passed. First failure: AssertionError: assert add(1, 2) == 3  "
+        "(left side evaluated to 2)"
+    )
     assert attempt.execution == expected  # run in the real sandbox
     assert "Python programmer" in attempt.attempt.prompt.text and "```python" in attempt.attempt.prompt.text
     for refinement in attempt.refinements:
