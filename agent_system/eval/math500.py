@@ -77,7 +77,7 @@ from agent_system.cpu_backend.hf_server import HFRolloutServer, stop_tokens
 from agent_system.eval.grading import JUDGE_VERDICTS, OUTCOMES, LenientGrader, judge_answers, outcome
 from agent_system.eval.stats import interval, paired_sign_test, pass_at_k
 from agent_system.multi_turn_rollout.episode import EpisodeRunner, EpisodeSettings, Turn
-from agent_system.prompts.templates import TURNS_OF_FEEDBACK, PromptBuilder, Task
+from agent_system.prompts.templates import CHAT_TEMPLATE_DATE, TURNS_OF_FEEDBACK, PromptBuilder, Task
 
 logger = logging.getLogger(__name__)
 
@@ -95,6 +95,7 @@ RESULT_KEYS = (
     "max_tokens",
     "feedback_tokens",
     "max_prompt_tokens",
+    "chat_template_date",
     "records_version",
     "judge",
 )
@@ -510,7 +511,7 @@ def run_problems(args, store: RecordStore, rows: list[dict], todo: list[int], re
     max_model_len = args.max_prompt_tokens + max(args.max_tokens, args.feedback_tokens)
     ll_path = resolve(args.ll, "--ll")
     hl_path = resolve(args.hl, "--hl") if args.mode == "feedback" else ll_path
-    prompts = PromptBuilder({}, args.min_quote_tokens)
+    prompts = PromptBuilder({}, args.min_quote_tokens, {"date_string": args.chat_template_date})
     tasks = {i: Task.from_row(rows[i]) for i in todo}
     readers = {"ll": AutoTokenizer.from_pretrained(ll_path), "hl": AutoTokenizer.from_pretrained(hl_path)}
     rendered = TURNS_OF_FEEDBACK[FEEDBACK_OF_MODE[args.mode]]
@@ -682,6 +683,11 @@ def main() -> None:
     parser.add_argument("--max-prompt-tokens", type=int, default=4096, help="prompt budget per turn")
     parser.add_argument(
         "--min-quote-tokens", type=int, default=64, help="the budget must leave each quoted text at least this much"
+    )
+    parser.add_argument(
+        "--chat-template-date",
+        default=CHAT_TEMPLATE_DATE,
+        help="date_string of the chat template (Llama 3.x print it; the trainer's data.apply_chat_template_kwargs)",
     )
     parser.add_argument("--batch-size", type=int, default=16, help="problems generated together")
     parser.add_argument("--reward-workers", type=int, default=2, help="grading processes")

@@ -25,10 +25,16 @@ marker, never right-truncated, so the instruction after them survives. The room 
 is shared evenly among the quotes, a short quote leaving what it does not need to the others. A start-up check
 (:meth:`PromptBuilder.largest_prompt`) makes sure the budget holds every problem with its templates and at least
 ``min_quote_tokens`` tokens of each quote.
+
+Chat templates get fixed keyword arguments (``chat_template_kwargs``: the trainer's ``data.apply_chat_template_kwargs``,
+the evaluator's ``--chat-template-date``). Llama 3.x templates write a "Today Date" line into every prompt from
+``strftime_now`` unless a ``date_string`` is given, so without one the same problem is a different prompt every day;
+the default :data:`CHAT_TEMPLATE_DATE` is the date those templates fall back to themselves.
 """
 
 from __future__ import annotations
 
+import logging
 import string
 from dataclasses import dataclass, field
 from typing import Any
@@ -117,6 +123,11 @@ FIELDS = {  # the placeholders each template (and its override) may use
 }
 ELISION = "\n[... {n} tokens omitted ...]\n"
 KINDS = ("math", "code", "yaml")
+# Llama 3.x chat templates' own fallback date (used when ``strftime_now`` is unavailable): every prompt the same any day
+CHAT_TEMPLATE_DATE = "26 Jul 2024"
+DEFAULT_CHAT_TEMPLATE_KWARGS = {"date_string": CHAT_TEMPLATE_DATE}
+
+logger = logging.getLogger(__name__)
 
 
 def template_fields(template: str) -> set[str]:
@@ -192,10 +203,14 @@ class PromptTooLongError(ValueError):
     """A turn prompt does not fit in the prompt budget even with its quotes elided."""
 
 
-def chat_ids(tokenizer: Any, text: str) -> list[int]:
-    """The token ids of ``text`` as a single user message under the tokenizer's chat template, generation cue added."""
+def chat_ids(tokenizer: Any, text: str, template_kwargs: dict[str, Any] | None = None) -> list[int]:
+    """The token ids of ``text`` as a single user message under the tokenizer's chat template, generation cue added.
+
+    ``template_kwargs`` are the template's variables (e.g. ``date_string``); None: :data:`DEFAULT_CHAT_TEMPLATE_KWARGS`.
+    """
+    kwargs = DEFAULT_CHAT_TEMPLATE_KWARGS if template_kwargs is None else template_kwargs
     encoded = tokenizer.apply_chat_template(
-        [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True, return_dict=True
+        [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True, return_dict=True, **kwargs
     )
     return list(encoded["input_ids"])
 
@@ -226,9 +241,25 @@ class PromptBuilder:
     Args:
         overrides: Replacement templates by name (``mlmt.prompts.overrides``).
         min_quote_tokens: Tokens of each quote the budget must leave room for (checked by :meth:`largest_prompt`).
+        chat_template_kwargs: Variables of every chat-template rendering (``data.apply_chat_template_kwargs``);
+            None: :data:`DEFAULT_CHAT_TEMPLATE_KWARGS` (a fixed ``date_string``).
     """
 
-    def __init__(self, overrides: dict[str, str] | None = None, min_quote_tokens: int = 64) -> None:
+    def __init__(
+        self,
+        overrides: dict[str, str] | None = None,
+        min_quote_tokens: int = 64,
+        chat_template_kwargs: dict[str, Any] | None = None,
+    ) -> None:
+        self.chat_template_kwargs = dict(
+            DEFAULT_CHAT_TEMPLATE_KWARGS if chat_template_kwargs is None else chat_template_kwargs
+        )
+        if "date_string" not in self.chat_template_kwargs:
+            logger.warning(
+                "chat-template kwargs %s have no date_string: a Llama-3.x template writes today's date into every "
+                "prompt, so prompts change from day to day (set data.apply_chat_template_kwargs.date_string)",
+                self.chat_template_kwargs,
+            )
         self.overrides = dict(overrides or {})
         errors = override_errors(self.overrides)
         if errors:
@@ -236,6 +267,17 @@ class PromptBuilder:
         if min_quote_tokens < 1:
             raise ValueError(f"min_quote_tokens={min_quote_tokens}: use at least 1")
         self.min_quote_tokens = min_quote_tokens
+
+    @classmethod
+    def from_config(cls, config: Any) -> PromptBuilder:
+        """The trainer's builder: ``mlmt.prompts`` and verl's ``data.apply_chat_template_kwargs`` (a fixed
+        ``date_string`` by default, ``mlmt-configs/mlmt_trainer.yaml``)."""
+        kwargs = config.data.get("apply_chat_template_kwargs")
+        return cls(
+            dict(config.mlmt.prompts.overrides),
+            config.mlmt.prompts.min_quote_tokens,
+            {} if kwargs is None else dict(kwargs),
+        )
 
     def template(self, name: str) -> str:
         if name not in TEMPLATES:
@@ -280,19 +322,23 @@ class PromptBuilder:
             return template.format(problem=problem, **values)
 
         text = render(quotes)
-        ids = chat_ids(tokenizer, text)
+        ids = chat_ids(tokenizer, text, self.chat_template_kwargs)
         if len(ids) <= budget:
             return Prompt(text, ids)
         quote_ids = {key: tokenizer.encode(value, add_special_tokens=False) for key, value in quotes.items()}
         lengths = {key: len(value) for key, value in quote_ids.items()}
         marker = ELISION.format(n=max(lengths.values(), default=0))
-        floor = len(chat_ids(tokenizer, render({key: marker for key in quotes}))) if quotes else len(ids)
+        floor = (
+            len(chat_ids(tokenizer, render({key: marker for key in quotes}), self.chat_template_kwargs))
+            if quotes
+            else len(ids)
+        )
         room = budget - floor
         while quotes and room >= 0:
             keep = share_tokens(lengths, room)
             cut = [key for key in quotes if keep[key] < lengths[key]]
             text = render({k: elide(tokenizer, quote_ids[k], keep[k]) if k in cut else quotes[k] for k in quotes})
-            ids = chat_ids(tokenizer, text)
+            ids = chat_ids(tokenizer, text, self.chat_template_kwargs)
             if len(ids) <= budget:
                 return Prompt(text, ids, sum(lengths[key] - keep[key] for key in cut))
             room -= len(ids) - budget  # re-tokenising at the cut points can cost a few more tokens
@@ -307,7 +353,8 @@ class PromptBuilder:
         template = self.template(name)
         quotes = [key for key in QUOTES if key in template_fields(template)]
         marker = ELISION.format(n=99999)
-        fixed = len(chat_ids(tokenizer, template.format(problem=problem, **{key: marker for key in quotes})))
+        prompt = template.format(problem=problem, **{key: marker for key in quotes})
+        fixed = len(chat_ids(tokenizer, prompt, self.chat_template_kwargs))
         return fixed + len(quotes) * self.min_quote_tokens
 
     def largest_prompt(

@@ -232,7 +232,7 @@ def build_trainer(config: DictConfig):
     tokenizers = {"ll": AutoTokenizer.from_pretrained(config.actor_rollout_ref.model.path)}
     if has_hl(config):  # mlmt.feedback=self|none: the solver alone
         tokenizers["hl"] = AutoTokenizer.from_pretrained(config.hl.model.path)
-    prompts = PromptBuilder(dict(config.mlmt.prompts.overrides), config.mlmt.prompts.min_quote_tokens)
+    prompts = PromptBuilder.from_config(config)
     check_prompt_budget(config, prompts, tokenizers, {"data.train_files": train_frame, "data.val_files": val_frame})
     groups, critics = build_workers(config, use_ref, critic_levels(config))  # none for a frozen level
     for group in groups.values():
