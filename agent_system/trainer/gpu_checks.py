@@ -7,6 +7,9 @@ passed as arguments, so it is unit-tested on a machine without a GPU; the thin r
   counted together, against Ray's free resources per node. verl waits for a placement group with no time-out, so a
   pool that cannot be placed would otherwise hang the run without a message. On the CPU backend devices are ranks
   (one ``CPU`` slot each), so the same check runs in CI.
+* :func:`check_paths_on_every_node`: on a cluster of several nodes, the model folders (resolved on the driver's node:
+  a hub name becomes a folder of the driver's cache) and ``trainer.default_local_dir`` must be visible from every
+  node, or a worker fails to load its model (or a resume misses shards); the message says to use shared storage.
 
 :func:`prepare_devices` (called by ``main.prepare_config`` after validation, before Ray starts) applies the rest:
 
@@ -33,6 +36,7 @@ passed as arguments, so it is unit-tested on a machine without a GPU; the thin r
 from __future__ import annotations
 
 import logging
+import os
 import re
 import subprocess
 from dataclasses import dataclass
@@ -157,6 +161,66 @@ def free_resources_per_node() -> dict[str, dict[str, float]]:
         for node, resources in available_resources_per_node().items()
         if node in address
     }
+
+
+def shared_paths(config: DictConfig) -> dict[str, str]:
+    """The folders every node's workers read or write: model paths in use and ``trainer.default_local_dir``."""
+    keys = ["actor_rollout_ref.model.path"] + (["hl.model.path"] if has_hl(config) else [])
+    keys += [f"{c}.model.path" for level, c in (("ll", "critic"), ("hl", "hl_critic")) if _uses_critic(config, level)]
+    if config.mlmt.ll.adv_estimator == "archer":
+        keys.append("mlmt.archer.critic_model_path")
+    paths = {key: os.path.abspath(str(OmegaConf.select(config, key))) for key in keys}
+    paths["trainer.default_local_dir"] = os.path.abspath(str(config.trainer.default_local_dir))
+    return paths
+
+
+def _uses_critic(config: DictConfig, level: str) -> bool:
+    return (level == "ll" or has_hl(config)) and config.mlmt[level].adv_estimator in ("gae", "value_baseline")
+
+
+def invisible_paths_message(missing: dict[str, list[str]]) -> str | None:
+    """None when every node sees every path, else which node misses which ``key=path``, and the fix."""
+    missing = {node: entries for node, entries in missing.items() if entries}
+    if not missing:
+        return None
+    where = "; ".join(f"node {node} does not see {', '.join(entries)}" for node, entries in missing.items())
+    return (
+        f"{where}. Every node's workers load the models and write checkpoints there: put model folders and "
+        "trainer.default_local_dir on shared storage that every node mounts (for a hub name, set HF_HOME to a shared "
+        "folder, or download the model to one and pass its path)"
+    )
+
+
+def paths_missing_on_nodes(paths: dict[str, str], timeout_s: float = 120.0) -> dict[str, list[str]]:
+    """Per alive Ray node, the ``key=path`` entries of ``paths`` that do not exist there (one zero-CPU task a node)."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    def missing(entries: dict[str, str]) -> list[str]:
+        return [f"{key}={path}" for key, path in entries.items() if not os.path.exists(path)]
+
+    task = ray.remote(num_cpus=0)(missing)
+    nodes = {node["NodeManagerAddress"]: node["NodeID"] for node in ray.nodes() if node["Alive"]}
+    refs = {
+        address: task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False)).remote(paths)
+        for address, node_id in nodes.items()
+    }
+    return dict(zip(refs, ray.get(list(refs.values()), timeout=timeout_s), strict=True))
+
+
+def check_paths_on_every_node(config: DictConfig) -> None:
+    """On a cluster of several nodes: every node sees the model folders and the output folder (module docstring).
+
+    Raises:
+        ConfigError: Which node misses which key's path; says to use shared storage.
+    """
+    import ray
+
+    if sum(node["Alive"] for node in ray.nodes()) < 2:
+        return
+    message = invisible_paths_message(paths_missing_on_nodes(shared_paths(config)))
+    if message:
+        raise ConfigError(message)
 
 
 def check_pools_fit(config: DictConfig) -> None:

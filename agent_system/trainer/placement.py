@@ -9,7 +9,8 @@ levels' workers (and critics). Fusing uses verl's ``create_colocated_worker_cls`
 
 Before any pool is made, every pool of the run (snapshot and ArCHer critic included) is checked against Ray's free
 resources per node (``gpu_checks.check_pools_fit``): verl waits for a placement group without a time-out, so a pool
-that cannot be placed would hang the run without a message.
+that cannot be placed would hang the run without a message; on several nodes, every node must see the model folders
+and the output folder (``gpu_checks.check_paths_on_every_node``).
 """
 
 from __future__ import annotations
@@ -46,9 +47,10 @@ def build_workers(
     config: DictConfig, use_ref: dict[str, bool], critic_levels: tuple[str, ...] = ()
 ) -> tuple[dict[str, PolicyGroup], dict[str, CriticGroup]]:
     """Create the policy groups and critics of both levels, or of the LL alone without an HL (not yet initialised)."""
-    from agent_system.trainer.gpu_checks import check_pools_fit
+    from agent_system.trainer.gpu_checks import check_paths_on_every_node, check_pools_fit
 
     check_pools_fit(config)
+    check_paths_on_every_node(config)
     assign_replica_ranks(config)
     levels = LEVELS if has_hl(config) else ("ll",)  # mlmt.feedback=self|none: the solver alone
     views = {level: level_view(config, level) for level in levels}

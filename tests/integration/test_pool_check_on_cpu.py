@@ -49,3 +49,10 @@ def test_pools_larger_than_the_cluster_fail_at_start_up_with_a_message(tmp_path)
     assert "do not fit the Ray cluster" in output, output[-3000:]
     assert "LL pool (mlmt.ll_gpus=12): 12 CPU" in output and "HL pool (mlmt.hl_gpus=12): 12 CPU" in output
     assert "in all 24 CPU" in output and ": 16 CPU" in output  # asked, and what the one node has free
+
+
+def test_each_node_reports_the_paths_it_does_not_see(ray_per_test, tmp_path):
+    from agent_system.trainer.gpu_checks import paths_missing_on_nodes
+
+    missing = paths_missing_on_nodes({"seen": str(tmp_path), "unseen": str(tmp_path / "absent")})
+    assert list(missing.values()) == [[f"unseen={tmp_path / 'absent'}"]]  # one node (this machine)

@@ -264,3 +264,19 @@ def test_no_message_when_torch_sees_the_gpu_or_no_gpu_is_shown():
 
     assert driver_message(True, SMI_535, "2.13.0+cu130", "13.0") is None
     assert driver_message(False, None, "2.13.0+cpu", None) is None
+
+
+def test_the_paths_every_node_needs_and_the_shared_storage_message(tmp_path):
+    from agent_system.trainer.gpu_checks import invisible_paths_message, shared_paths
+
+    config = compose_config(["mlmt.ll.adv_estimator=gae", f"trainer.default_local_dir={tmp_path}"])
+    paths = shared_paths(config)
+    assert set(paths) == {
+        "actor_rollout_ref.model.path",
+        "hl.model.path",
+        "critic.model.path",
+        "trainer.default_local_dir",
+    }
+    assert invisible_paths_message({"10.0.0.1": [], "10.0.0.2": []}) is None
+    message = invisible_paths_message({"10.0.0.2": [f"hl.model.path={paths['hl.model.path']}"]})
+    assert "node 10.0.0.2 does not see hl.model.path=" in message and "shared storage" in message
