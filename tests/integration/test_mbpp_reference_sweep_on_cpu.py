@@ -21,7 +21,7 @@ DATA = Path("/work/shared/data/mbpp")
 ROOMY = SandboxLimits(timeout_s=120.0, per_test_s=60.0)
 
 
-def _sweep(path: Path, setup_key: str) -> list[tuple[int, str]]:
+def _sweep(path: Path, setup_key: str) -> tuple[int, list[tuple[int, str]]]:
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
     def score(row):
@@ -33,7 +33,9 @@ def _sweep(path: Path, setup_key: str) -> list[tuple[int, str]]:
 
     with ThreadPoolExecutor(2) as pool:  # each score is its own sandbox process
         results = list(pool.map(score, rows))
-    return len(rows), [(row["task_id"], r["first_failure"]) for row, r in zip(rows, results) if r["score"] != 1.0]
+    return len(rows), [
+        (row["task_id"], r["first_failure"]) for row, r in zip(rows, results, strict=True) if r["score"] != 1.0
+    ]
 
 
 @pytest.mark.skipif(not DATA.exists(), reason="needs the MBPP data set in /work/shared/data/mbpp")
