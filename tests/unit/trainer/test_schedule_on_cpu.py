@@ -23,7 +23,7 @@ def test_one_one_updates_both_levels_every_step():
 
 
 def _spec_levels(step, t_high, t_low):
-    """MLMT_SPEC §3.1 written out: c = global_step mod (tL + tH); LL when c < tL, HL when c >= tL (steps from 1)."""
+    """The original's rule: c = global_step mod (tL + tH); LL when c < tL, HL when c >= tL (steps from 1)."""
     c = step % (t_low + t_high)
     return ["ll"] if c < t_low else ["hl"]
 
