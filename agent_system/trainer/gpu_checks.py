@@ -31,6 +31,9 @@ passed as arguments, so it is unit-tested on a machine without a GPU; the thin r
 * :func:`driver_message`: the project detects a GPU with ``nvidia-smi``; when torch cannot use it (the torch 2.13
   wheel is built for CUDA 13 and needs an NVIDIA driver R580 or newer), the run stops here with the driver's and
   torch's CUDA versions and the fix, instead of deep inside a worker.
+* :func:`check_compile_keys`: verl 0.9.1's FSDP engine compiles the entropy computation when
+  ``<role>.fsdp_config.use_torch_compile`` is true and never reads ``<role>.use_torch_compile``; a value of the
+  latter that differs from the former would not act, and is refused by name.
 """
 
 from __future__ import annotations
@@ -438,6 +441,28 @@ def check_driver() -> None:
     )
 
 
+def check_compile_keys(config: DictConfig) -> None:
+    """``<tree>.{actor,ref}.use_torch_compile`` must agree with the ``fsdp_config`` key the engine reads (the
+    reference's only when set apart from the actor's, which it follows by default).
+
+    Raises:
+        ConfigError: Names the inert key and the one to set.
+    """
+    for tree in POLICY_TREES:
+        for role in ("actor", "ref"):
+            section = config[tree][role]
+            inert, read = section.get("use_torch_compile"), section.fsdp_config.use_torch_compile
+            if role == "ref" and inert == config.actor_rollout_ref.actor.get("use_torch_compile"):
+                continue  # verl's default, an interpolation of the LL actor's key (whose check names this one)
+            if inert is not None and bool(inert) != bool(read):
+                raise ConfigError(
+                    f"{tree}.{role}.use_torch_compile={str(inert).lower()} has no effect: verl 0.9.1's FSDP engine "
+                    f"reads {tree}.{role}.fsdp_config.use_torch_compile (now {str(read).lower()}; it compiles the "
+                    f"entropy computation). Set {tree}.{role}.fsdp_config.use_torch_compile instead"
+                    + (f" (and {tree}.ref.fsdp_config.use_torch_compile for the reference)" if role == "actor" else "")
+                )
+
+
 def prepare_devices(config: DictConfig, user_overrides: list[str]) -> None:
     """Device settings and start-up checks of a run (module docstring), before any worker starts.
 
@@ -449,6 +474,7 @@ def prepare_devices(config: DictConfig, user_overrides: list[str]) -> None:
     on_gpu = not verl_plugin.CPU_BACKEND_ACTIVE
     user_keys = override_keys(user_overrides)
     check_replica_sizes(config)
+    check_compile_keys(config)
     from agent_system import verl_compat
 
     merge_ray_runtime_env(config, verl_compat.get_ppo_ray_runtime_env(config))

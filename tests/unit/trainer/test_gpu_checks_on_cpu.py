@@ -280,3 +280,15 @@ def test_the_paths_every_node_needs_and_the_shared_storage_message(tmp_path):
     assert invisible_paths_message({"10.0.0.1": [], "10.0.0.2": []}) is None
     message = invisible_paths_message({"10.0.0.2": [f"hl.model.path={paths['hl.model.path']}"]})
     assert "node 10.0.0.2 does not see hl.model.path=" in message and "shared storage" in message
+
+
+@pytest.mark.parametrize(
+    "key", ["actor_rollout_ref.actor.use_torch_compile", "hl.actor.use_torch_compile", "hl.ref.use_torch_compile"]
+)
+def test_the_inert_compile_key_is_rejected_naming_the_one_the_engine_reads(key):
+    from agent_system.trainer.gpu_checks import check_compile_keys
+
+    check_compile_keys(compose_config([]))  # the shipped config (and its CPU overlay) sets only keys that act
+    with pytest.raises(ConfigError, match=f"{key}=false has no effect.*{key.rsplit('.', 1)[0]}.fsdp_config"):
+        check_compile_keys(compose_config([f"{key}=false"]))
+    check_compile_keys(compose_config([f"{key}=false", f"{key.rsplit('.', 1)[0]}.fsdp_config.use_torch_compile=false"]))
