@@ -188,9 +188,11 @@ def _read_events(proc: subprocess.Popen, nonce: str, limits: SandboxLimits, dead
     for line in b"".join(chunks).decode("utf-8", "replace").splitlines():
         if line.startswith(nonce):
             try:
-                events.append(json.loads(line[len(nonce) :]))
-            except json.JSONDecodeError:
+                event = json.loads(line[len(nonce) :])
+            except (ValueError, RecursionError):  # a malformed or forged line (JSONDecodeError is a ValueError)
                 continue
+            if isinstance(event, dict):
+                events.append(event)
     return events, error
 
 
@@ -283,9 +285,9 @@ def run_tests(code: str, tests: list[str], setup_code: str = "", limits: Sandbox
             message = str(event["program_error"])
             return SandboxResult([False] * len(tests), message, "program error", duration, ["not run"] * len(tests),
                                  [s.whole for s in splits])  # fmt: skip
-        if "probe" in event:
+        if type(event.get("probe")) is int:
             probe_events.setdefault(event["probe"], event)
-        elif "test" in event:
+        elif type(event.get("test")) is int:
             whole_events.setdefault(event["test"], event)
         done = done or bool(event.get("done"))
         loaded = loaded or bool(event.get("loaded"))
@@ -382,7 +384,7 @@ def run_calls(code: str, calls: list[str], limits: SandboxLimits | None = None) 
     for event in events:
         if "program_error" in event:
             run_error = f"program error: {event['program_error']}"
-        elif "call" in event and 0 <= event["call"] < len(calls):
+        elif type(event.get("call")) is int and 0 <= event["call"] < len(calls):
             ok = bool(event.get("ok"))
             outcomes[event["call"]] = ("ok", event.get("value")) if ok else ("error", str(event.get("msg", "")))
     finished = any(event.get("done") for event in events)
