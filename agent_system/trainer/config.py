@@ -221,6 +221,7 @@ def _check_archer(config: DictConfig) -> None:
         "target_refresh_every": archer.target_refresh_every >= 1,
         "num_gpus": archer.num_gpus >= 0,
         "actor_signal": archer.actor_signal in ("advantage", "q"),
+        "v_target_action": archer.v_target_action in ("policy", "buffer"),
     }
     bad = [f"mlmt.archer.{key}={archer[key]!r}" for key, ok in checks.items() if not ok]
     if bad:

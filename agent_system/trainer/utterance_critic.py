@@ -9,9 +9,17 @@ solver's utterances are the actions of an utterance-level MDP:
 s1 = the turn-1 prompt, a1 = the attempt, s2 = the turn-3 prompt (the problem, the attempt and, with
 ``feedback=model``, the feedback writer's text: for the solver, the feedback is part of the environment), a2 = the
 refinement. Every step's transitions go into a replay buffer; the critic then takes ``updates_per_step`` gradient
-steps on minibatches sampled from it (seeded) with the TD losses of the paper:
+steps with the TD losses of the paper:
 
-    Q(s, a) → r + γ(1 − done)·V_target(s')        V(s) → Q_target(s, a)   (a from the buffer)
+    Q(s, a) → r + γ(1 − done)·V_target(s')        V(s) → Q_target(s, a′),  a′ ~ π(·|s) the current policy
+
+Q's minibatches are sampled from the buffer (seeded). V's target needs an action of the *current* solver at s
+(``v_target_action``): ``policy`` (the default) draws V's minibatches from this step's transitions, whose actions
+the current solver has just sampled at those very states (the critic trains before the solver's update), so
+Q_target(s, a′) is an on-policy sample of V^π(s) at no extra generation; V is then fitted on the states the current
+policy visits rather than on the buffer's. ``buffer`` (the earlier, cheaper-to-explain variant) regresses V(s) on
+Q_target(s, a) with the buffer's own action a, so V tracks the mixture of past policies that filled the buffer and
+Q − V is biased toward their value.
 
 The target network is a full copy of the online one, refreshed by a hard copy every ``target_refresh_every``
 critic updates (recurve) instead of the paper's Polyak averaging. The network is a Hugging Face decoder
@@ -43,6 +51,7 @@ from torch import nn
 logger = logging.getLogger(__name__)
 
 ACTOR_SIGNALS = ("advantage", "q")
+V_TARGET_ACTIONS = ("policy", "buffer")  # mlmt.archer.v_target_action (module docstring)
 
 
 @dataclass(frozen=True)
@@ -154,6 +163,9 @@ class UtteranceCritic:
         self.gamma, self.batch_size = float(settings.gamma), int(settings.batch_size)
         self.micro_batch_size = int(settings.micro_batch_size)
         self.refresh_every, self.max_grad_norm = int(settings.target_refresh_every), float(settings.max_grad_norm)
+        self.v_target_action = str(settings.v_target_action)
+        if self.v_target_action not in V_TARGET_ACTIONS:
+            raise ValueError(f"mlmt.archer.v_target_action={self.v_target_action!r}: choose one of {V_TARGET_ACTIONS}")
         torch.manual_seed(int(settings.seed))
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         self.online = UtteranceValueNet(str(settings.critic_model_path)).to(self.device)
@@ -167,9 +179,13 @@ class UtteranceCritic:
         self.buffer.add(transitions)
         return len(self.buffer)
 
-    def td_losses(self, batch: list[Transition]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Mean squared TD errors of Q and V on ``batch`` (module docstring); targets from the target network."""
+    def td_losses(
+        self, batch: list[Transition], v_batch: list[Transition] | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Mean squared TD errors of Q on ``batch`` and of V on ``v_batch`` (default ``batch``): V(s) → Q_target(s, a)
+        with a = the action of each ``v_batch`` transition (module docstring); targets from the target network."""
         states, actions = [t.state for t in batch], [t.action for t in batch]
+        v_batch = batch if v_batch is None else v_batch
         rewards = torch.tensor([t.reward for t in batch], device=self.device)
         not_done = torch.tensor([0.0 if t.done else 1.0 for t in batch], device=self.device)
         with torch.no_grad():
@@ -178,18 +194,22 @@ class UtteranceCritic:
             if live:
                 next_value[live] = self.target.v([batch[i].next_state for i in live])
             q_target = rewards + self.gamma * not_done * next_value
-            v_target = self.target.q(states, actions)
+            v_target = self.target.q([t.state for t in v_batch], [t.action for t in v_batch])
         q_loss = ((self.online.q(states, actions) - q_target) ** 2).mean()
-        v_loss = ((self.online.v(states) - v_target) ** 2).mean()
+        v_loss = ((self.online.v([t.state for t in v_batch]) - v_target) ** 2).mean()
         return q_loss, v_loss
 
-    def update_once(self, batch: list[Transition]) -> dict[str, float]:
-        """One Adam step on Q and V losses (gradient accumulated over micro-batches); then the target's refresh."""
+    def update_once(self, batch: list[Transition], v_batch: list[Transition] | None = None) -> dict[str, float]:
+        """One Adam step on Q's loss over ``batch`` and V's over ``v_batch`` (default ``batch``; the same length),
+        gradient accumulated over micro-batches; then the target's refresh."""
+        v_batch = batch if v_batch is None else v_batch
+        if len(v_batch) != len(batch):
+            raise ValueError(f"V's minibatch has {len(v_batch)} transitions, Q's {len(batch)}: they must match")
         self.optimizer.zero_grad(set_to_none=True)
         q_total = v_total = 0.0
         for start in range(0, len(batch), self.micro_batch_size):
             micro = batch[start : start + self.micro_batch_size]
-            q_loss, v_loss = self.td_losses(micro)
+            q_loss, v_loss = self.td_losses(micro, v_batch[start : start + self.micro_batch_size])
             ((q_loss + v_loss) * len(micro) / len(batch)).backward()
             q_total += q_loss.item() * len(micro) / len(batch)
             v_total += v_loss.item() * len(micro) / len(batch)
@@ -201,9 +221,26 @@ class UtteranceCritic:
             self.refreshes += 1
         return {"q_loss": q_total, "v_loss": v_total, "grad_norm": float(grad_norm)}
 
-    def train(self, updates: int) -> dict[str, float]:
-        """``updates`` steps on minibatches of ``batch_size`` sampled from the buffer; mean losses of the steps."""
-        results = [self.update_once(self.buffer.sample(self.batch_size)) for _ in range(updates)]
+    def train(self, updates: int, current: list[Transition] | None = None) -> dict[str, float]:
+        """``updates`` steps; mean losses of the steps. Q's minibatches of ``batch_size`` are sampled from the buffer;
+        V's, with ``v_target_action=policy``, from ``current`` (this step's transitions: the current policy's actions
+        at its states), with ``buffer`` they are Q's.
+
+        Raises:
+            ValueError: ``v_target_action=policy`` without this step's transitions.
+        """
+        if self.v_target_action == "policy" and not current:
+            raise ValueError("mlmt.archer.v_target_action=policy: V's target needs this step's transitions (current)")
+
+        def v_batch(batch: list[Transition]) -> list[Transition]:
+            if self.v_target_action == "buffer":
+                return batch
+            return [current[i] for i in self.buffer.rng.integers(0, len(current), size=len(batch))]
+
+        results = []
+        for _ in range(updates):
+            batch = self.buffer.sample(self.batch_size)
+            results.append(self.update_once(batch, v_batch(batch)))
         metrics = {key: float(np.mean([r[key] for r in results])) for key in results[0]} if results else {}
         return {**metrics, "buffer_size": len(self.buffer), "updates": self.updates, "target_refreshes": self.refreshes}
 
@@ -285,7 +322,8 @@ class ArcherCritic:
 
         transitions = episode_transitions(episodes, scores["r1"], scores["r3"])
         ray.get(self.actor.add.remote(transitions))
-        metrics = ray.get(self.actor.train.remote(int(self.settings.updates_per_step)))
+        # the step's transitions: the current solver's actions at its states, for V's target (v_target_action=policy)
+        metrics = ray.get(self.actor.train.remote(int(self.settings.updates_per_step), transitions))
         states = [tuple(p) for p in rows["prompts"]]
         actions = [tuple(r) for r in rows["responses"]]
         q, v = ray.get(self.actor.values.remote(states, actions))

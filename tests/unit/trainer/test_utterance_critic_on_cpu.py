@@ -1,6 +1,7 @@
 """ArCHer's utterance critic (agent_system/trainer/utterance_critic.py) without Ray, on a tiny real decoder.
 
 * the TD losses fall on a fixed set of transitions with known rewards, and Q learns those rewards;
+* V's target is Q_target at the current policy's action (``v_target_action=policy``, ArCHer's), not at the buffer's;
 * the target network changes only on refresh steps, and then equals the online network;
 * the replay buffer (ring, seeded sampling) and a save/load round trip restore the critic exactly;
 * the transitions of single-turn and two-turn episodes, the actor signal, the ``archer`` estimator's advantages and
@@ -46,6 +47,7 @@ def _settings(path, **changes):
         target_refresh_every=5,
         actor_signal="advantage",
         normalize_signal=False,
+        v_target_action="policy",
         num_gpus=0,
         seed=0,
     )
@@ -89,6 +91,27 @@ def test_td_loss_falls_and_q_learns_the_rewards(tiny_model):
     assert critic.updates == 60 and critic.refreshes == 6
 
 
+# One state: past policies took OLD (reward 0), the current policy takes NEW (reward 1). Q(S, OLD) = 0, Q(S, NEW) = 1;
+# V^π(S) of the current policy is 1, while the buffer's actions average 0.1.
+STATE, OLD, NEW = (10, 11, 12), (20, 21), (40, 41)
+PAST = [Transition(STATE, OLD, 0.0, None, True)] * 9
+CURRENT = [Transition(STATE, NEW, 1.0, None, True)]
+
+
+def test_v_target_is_q_at_the_current_policys_action(tiny_model):
+    critic = UtteranceCritic(_settings(tiny_model, micro_batch_size=8), device="cpu")
+    critic.add(PAST)
+    critic.add(CURRENT)
+    with torch.no_grad():
+        v = float(critic.online.v([STATE])[0])
+        q_new, q_old = (float(critic.target.q([STATE], [a])[0]) for a in (NEW, OLD))
+    assert abs(q_new - q_old) > 1e-3  # the two targets differ (random heads), so the test can tell them apart
+    metrics = critic.train(1, CURRENT)  # the losses of the update are taken before its step
+    assert metrics["v_loss"] == pytest.approx((v - q_new) ** 2, rel=1e-5)
+    with pytest.raises(ValueError, match="v_target_action=policy"):
+        critic.train(1, [])
+
+
 def test_target_changes_only_on_refresh_steps(tiny_model):
     critic = UtteranceCritic(_settings(tiny_model, target_refresh_every=3), device="cpu")
     critic.add(TASK)
@@ -124,7 +147,7 @@ def test_replay_buffer_ring_and_seeded_sampling():
 def test_save_and_load_restore_the_critic(tiny_model, tmp_path):
     critic = UtteranceCritic(_settings(tiny_model), device="cpu")
     critic.add(TASK)
-    critic.train(3)
+    critic.train(3, TASK)
     critic.save(str(tmp_path / "archer_critic"))
     restored = UtteranceCritic(_settings(tiny_model, seed=1), device="cpu")
     restored.load(str(tmp_path / "archer_critic"))
@@ -183,6 +206,7 @@ def test_actor_signal_and_archer_advantages():
         ("mlmt.archer.target_refresh_every=0", "mlmt.archer.target_refresh_every"),
         ("mlmt.archer.actor_signal=value", "mlmt.archer.actor_signal"),
         ("mlmt.archer.lr=0", "mlmt.archer.lr"),
+        ("mlmt.archer.v_target_action=sampled", "mlmt.archer.v_target_action"),
         ("mlmt.hl.adv_estimator=archer", "mlmt.hl.adv_estimator"),
         ("mlmt.stages.alpha=[1.0]", "mlmt.stages.alpha"),
     ],
