@@ -11,10 +11,14 @@ from __future__ import annotations
 import functools
 import logging
 import threading
+from collections.abc import Sequence
 from typing import Any
 
 from math_verify import parse, verify
 from math_verify.errors import TimeoutException
+from math_verify.grader import is_assignment_relation, is_equation
+from sympy import And, Eq
+from sympy.core.function import AppliedUndef
 
 from agent_system.rewards.math_answer import MAX_ANSWER_CHARS, extract_answer, normalize_answer
 
@@ -73,15 +77,53 @@ def answers_match(pred: str, gold: str, timeout_s: float = 5.0) -> bool:
     pred_norm, gold_norm = normalize_answer(pred), normalize_answer(gold)
     if pred_norm == gold_norm:
         return True
-    gold_parsed = parse_gold(gold, timeout_s)
-    pred_parsed = parse_answer(pred_norm, timeout_s)
+    return parsed_match(parse_gold(gold, timeout_s), parse_answer(pred_norm, timeout_s), timeout_s)
+
+
+def parsed_match(gold_parsed: Sequence, pred_parsed: Sequence, timeout_s: float = 5.0) -> bool:
+    """The verdict of :func:`answers_match` on answers already parsed (when their normalised strings differ).
+
+    Args:
+        gold_parsed: :func:`parse_gold` of the gold answer.
+        pred_parsed: :func:`parse_answer` of the normalised extracted answer.
+        timeout_s: math-verify's verify timeout in seconds (main thread only).
+
+    Returns:
+        True when math-verify finds the two equivalent, and an equation answer to a gold that is not an equation
+        states a value (:func:`states_a_value`).
+    """
     if not gold_parsed or not pred_parsed:
         return False
-    try:
-        return bool(verify(list(gold_parsed), pred_parsed, timeout_seconds=_alarm_seconds(timeout_s)))
-    except (Exception, TimeoutException) as exc:
-        logger.debug("math-verify verify failed on %.80r: %s", pred, exc)
+    if _unrelated_equation(gold_parsed, pred_parsed):
         return False
+    try:
+        return bool(verify(list(gold_parsed), list(pred_parsed), timeout_seconds=_alarm_seconds(timeout_s)))
+    except (Exception, TimeoutException) as exc:
+        logger.debug("math-verify verify failed on %.80r: %s", pred_parsed[-1], exc)
+        return False
+
+
+def states_a_value(expr: Any) -> bool:
+    """Whether an equation (or a chain ``x = 2 + 3 = 5``) names what its right side is the value of.
+
+    Its left side is made of letters only (``x``, ``a_1``, ``a + b``, ``\\angle ABC``; math-verify's "assignment")
+    or is a function value (``f(2)``, ``P(x)``). ``5x - 7y + 11z + 4 = 0`` or ``2x = 10`` does not: its right side
+    is not the answer, so it does not count against the gold ``0`` or ``10``.
+    """
+    if is_assignment_relation(expr):
+        return True
+    first = expr.args[0] if isinstance(expr, And) else expr
+    return isinstance(first, Eq) and isinstance(first.lhs, AppliedUndef)
+
+
+def _unrelated_equation(gold_parsed: Sequence, pred_parsed: Sequence) -> bool:
+    """An equation answer against a gold that is not an equation, whose right side would be compared although the
+    equation does not state a value (math-verify compares right sides whatever the left side is)."""
+    gold = next((item for item in gold_parsed if not isinstance(item, str)), None)
+    pred = next((item for item in pred_parsed if not isinstance(item, str)), None)
+    if gold is None or pred is None or is_equation(gold) or not is_equation(pred):
+        return False
+    return not states_a_value(pred)
 
 
 def score_math(
