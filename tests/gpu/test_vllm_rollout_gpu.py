@@ -25,8 +25,6 @@ def test_two_steps_with_vllm(tmp_path):
         "trainer.logger=[console]",
         "actor_rollout_ref.rollout.name=vllm",
         "hl.rollout.name=vllm",
-        "actor_rollout_ref.model.override_config.attn_implementation=sdpa",
-        "hl.model.override_config.attn_implementation=sdpa",
     ]
     result = subprocess.run(command, capture_output=True, text=True, timeout=1800, env=dict(os.environ))
     assert result.returncode == 0, (result.stdout + result.stderr)[-5000:]
