@@ -34,6 +34,10 @@ passed as arguments, so it is unit-tested on a machine without a GPU; the thin r
 * :func:`check_compile_keys`: verl 0.9.1's FSDP engine compiles the entropy computation when
   ``<role>.fsdp_config.use_torch_compile`` is true and never reads ``<role>.use_torch_compile``; a value of the
   latter that differs from the former would not act, and is refused by name.
+
+:func:`memory_estimate` (item 9 of the GPU issue) gives a level's per-device memory from the model's config: the
+actor's fp32 parameters, gradients and Adam state (FSDP-sharded), the reference (bf16, sharded), the critic (like the
+actor), the vLLM budget and its KV capacity in sequences of ``max_model_len`` tokens.
 """
 
 from __future__ import annotations
@@ -490,3 +494,63 @@ def prepare_devices(config: DictConfig, user_overrides: list[str]) -> None:
                 reason,
                 ", ".join(changed),
             )
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """Per-device memory of one level, in bytes, and the vLLM engine's KV capacity (module docstring)."""
+
+    parameters: int  # of the model
+    actor: int  # fp32 parameters + gradients + Adam's two moments, sharded over the level's ranks
+    reference: int  # bf16 parameters, sharded
+    critic: int  # like the actor (0 without a critic)
+    vllm_budget: int  # gpu_memory_utilization x device memory
+    kv_sequences: int  # sequences of max_model_len tokens the budget holds beside the bf16 weights (per replica)
+    device: int
+
+    @property
+    def total(self) -> int:
+        return self.actor + self.reference + self.critic + self.vllm_budget
+
+    @property
+    def fits(self) -> bool:
+        return self.total <= self.device
+
+
+def parameter_count(hf_config: dict) -> int:
+    """Parameters of a Llama-shaped decoder from its ``config.json`` values (embeddings tied or not)."""
+    hidden, layers, inter = hf_config["hidden_size"], hf_config["num_hidden_layers"], hf_config["intermediate_size"]
+    head_dim = hf_config.get("head_dim") or hidden // hf_config["num_attention_heads"]
+    q_dim = hf_config["num_attention_heads"] * head_dim
+    kv_dim = hf_config.get("num_key_value_heads", hf_config["num_attention_heads"]) * head_dim
+    per_layer = hidden * q_dim * 2 + hidden * kv_dim * 2 + 3 * hidden * inter + 2 * hidden
+    embeddings = hf_config["vocab_size"] * hidden * (1 if hf_config.get("tie_word_embeddings", False) else 2)
+    return embeddings + layers * per_layer + hidden
+
+
+def memory_estimate(
+    hf_config: dict,
+    ranks: int,
+    device_bytes: int,
+    gpu_memory_utilization: float,
+    max_model_len: int,
+    tensor_parallel: int = 1,
+    reference: bool = False,
+    critic: bool = False,
+) -> MemoryEstimate:
+    """A level's memory on each of its ``ranks`` devices (a critic has the policy's shape)."""
+    params = parameter_count(hf_config)
+    head_dim = hf_config.get("head_dim") or hf_config["hidden_size"] // hf_config["num_attention_heads"]
+    kv_heads = hf_config.get("num_key_value_heads", hf_config["num_attention_heads"])
+    kv_per_token = 2 * hf_config["num_hidden_layers"] * kv_heads * head_dim * 2  # K and V, bf16
+    budget = int(gpu_memory_utilization * device_bytes)
+    kv_bytes = max(budget - 2 * params // tensor_parallel, 0) * tensor_parallel  # a replica's KV over its devices
+    return MemoryEstimate(
+        parameters=params,
+        actor=16 * params // ranks,
+        reference=2 * params // ranks if reference else 0,
+        critic=16 * params // ranks if critic else 0,
+        vllm_budget=budget,
+        kv_sequences=kv_bytes // (kv_per_token * max_model_len),
+        device=device_bytes,
+    )
