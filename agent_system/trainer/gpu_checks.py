@@ -47,6 +47,7 @@ import os
 import re
 import subprocess
 from dataclasses import dataclass
+from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
@@ -485,6 +486,10 @@ def prepare_devices(config: DictConfig, user_overrides: list[str]) -> None:
     logger.info("vLLM engines: %s", ", ".join(rollout_memory(config, user_keys)) or "as configured")
     if on_gpu:
         check_driver()
+        import torch
+
+        for line in device_memory_warnings(config, torch.cuda.get_device_properties(0).total_memory):
+            (logger.warning if line.startswith("does not fit") else logger.info)("GPU memory estimate: %s", line)
         flash_attn, reason = flash_attn_importable()
         changed = attention_fallback(config, on_gpu, flash_attn)
         if changed:
@@ -554,3 +559,48 @@ def memory_estimate(
         kv_sequences=kv_bytes // (kv_per_token * max_model_len),
         device=device_bytes,
     )
+
+
+def device_memory_warnings(config: DictConfig, device_bytes: int) -> list[str]:
+    """The :func:`memory_estimate` of each level on its devices (both levels on each device when colocated), as
+    lines to log; a line starting with ``"does not fit"`` when a device's sum exceeds ``device_bytes``."""
+    import json
+
+    from agent_system.trainer.main import reference_needed
+
+    use_ref = reference_needed(config)
+    trees = list(zip(POLICY_TREES, ("ll", "hl"), strict=True))[: 2 if has_hl(config) else 1]
+    colocated = config.mlmt.placement == "colocated"
+    estimates = {}
+    for tree, level in trees:
+        with open(Path(config[tree].model.path) / "config.json") as handle:
+            hf_config = json.load(handle)
+        rollout = config[tree].rollout
+        ranks = config.trainer.n_gpus_per_node * config.trainer.nnodes if colocated else config.mlmt[f"{level}_gpus"]
+        estimates[level] = memory_estimate(
+            hf_config,
+            ranks,
+            device_bytes,
+            rollout.gpu_memory_utilization,
+            rollout.max_model_len,
+            rollout.tensor_model_parallel_size,
+            reference=use_ref[level],
+            critic=_uses_critic(config, level),
+        )
+    gib = 2**30
+    lines = [
+        f"{level}: {e.parameters / 1e9:.2f}B parameters; per device: actor {e.actor / gib:.1f} GiB, reference "
+        f"{e.reference / gib:.1f}, critic {e.critic / gib:.1f}, vLLM {e.vllm_budget / gib:.1f} (KV for "
+        f"{e.kv_sequences} sequences of {config[tree].rollout.max_model_len} tokens) = {e.total / gib:.1f} GiB"
+        for (tree, level), e in zip(trees, estimates.values(), strict=True)
+    ]
+    groups = [list(estimates)] if colocated else [[level] for level in estimates]
+    for group in groups:
+        total = sum(estimates[level].total for level in group)
+        if total > device_bytes:
+            lines.append(
+                f"does not fit: {' + '.join(group)} need about {total / gib:.1f} GiB on each device of "
+                f"{device_bytes / gib:.1f} GiB (estimate, activations excluded); lower rollout.gpu_memory_utilization, "
+                "use more devices per level, or offload (actor.fsdp_config.param_offload / optimizer_offload)"
+            )
+    return lines

@@ -327,3 +327,20 @@ def test_a_3b_level_with_a_critic_on_one_24_gib_device_does_not_fit():
 
     estimate = memory_estimate(LLAMA_3B, 1, 24 * 2**30, 0.35, 5120, critic=True)
     assert estimate.actor == estimate.critic == 16 * 3_212_749_824 and not estimate.fits
+
+
+def test_memory_lines_of_a_run_and_the_colocated_sum_that_does_not_fit():
+    from omegaconf import OmegaConf
+
+    from agent_system.models.resolve import resolve_model_path
+    from agent_system.trainer.gpu_checks import device_memory_warnings, rollout_memory
+
+    config = compose_config(["mlmt.placement=colocated", "mlmt.ll.adv_estimator=gae"])
+    for key in ("actor_rollout_ref.model.path", "hl.model.path"):
+        OmegaConf.update(config, key, resolve_model_path("smollm2", key))
+    rollout_memory(config, set())  # shares 0.35 and max_model_len
+    lines = device_memory_warnings(config, 80 * 2**30)
+    assert lines[0].startswith("ll: 0.13B parameters") and "critic 2.0," in lines[0] and "critic 0.0," in lines[1]
+    assert not any(line.startswith("does not fit") for line in lines)
+    small = device_memory_warnings(config, 2 * 2**30)  # two 0.35 vLLM shares and two actors on a 2 GiB device
+    assert small[-1].startswith("does not fit: ll + hl need about")
