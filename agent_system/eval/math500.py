@@ -633,8 +633,9 @@ def compare_runs(run_a: str, run_b: str) -> dict[str, Any]:
     if not shared:
         raise EvalSettingsError(f"--compare: {run_a} and {run_b} share no problem")
     result: dict[str, Any] = {"run_a": run_a, "run_b": run_b, "shared_problems": len(shared), "tests": {}}
+    lenient = all("lenient" in runs[key]["samples"][0] for runs in loaded for key in shared)
     for name, value in COMPARED.items():
-        if not all("lenient" in r["samples"][0] for runs in loaded for r in runs.values()) and "lenient" in name:
+        if name.endswith("_lenient") and not lenient:
             continue  # records written before the lenient column
         a, b = ([_per_problem([runs[key]], value)[0] for key in shared] for runs in loaded)
         test = paired_sign_test(a, b)

@@ -12,8 +12,9 @@
 from __future__ import annotations
 
 import math
-import random
 from dataclasses import dataclass
+
+import numpy as np
 
 Z95 = 1.959963984540054  # the standard normal's 97.5 % quantile
 BOOTSTRAP_RESAMPLES = 2000
@@ -45,10 +46,10 @@ def bootstrap(values: list[float], seed: int = 0, resamples: int = BOOTSTRAP_RES
     """The 2.5 % and 97.5 % percentiles of the mean over ``resamples`` resamples of ``values`` (with replacement)."""
     if not values:
         raise ValueError("bootstrap: no values")
-    rng = random.Random(seed)
-    n = len(values)
-    means = sorted(sum(values[rng.randrange(n)] for _ in range(n)) / n for _ in range(resamples))
-    return means[int(0.025 * (resamples - 1))], means[int(math.ceil(0.975 * (resamples - 1)))]
+    data = np.asarray(values, dtype=np.float64)
+    means = data[np.random.default_rng(seed).integers(0, len(data), size=(resamples, len(data)))].mean(axis=1)
+    low, high = np.percentile(means, [2.5, 97.5])
+    return float(low), float(high)
 
 
 def interval(values: list[float]) -> Interval:
