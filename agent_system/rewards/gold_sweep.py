@@ -114,7 +114,7 @@ def _against_all(pred: str, golds: list[str], timeout_s: float) -> tuple[list[st
             continue
         start = time.perf_counter()
         # answers_match(pred, gold) with the parse of pred done once: the normalised strings differ here
-        if parsed_match(parse_gold(gold, timeout_s), pred_parsed, timeout_s):
+        if parsed_match(pred, gold, parse_gold(gold, timeout_s), pred_parsed, timeout_s):
             matched.append(gold)
         seconds.append((time.perf_counter() - start, gold))
     return matched, seconds

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import re
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -23,6 +24,7 @@ from sympy.core.function import AppliedUndef
 from agent_system.rewards.math_answer import MAX_ANSWER_CHARS, extract_answer, normalize_answer
 
 logger = logging.getLogger(__name__)
+_BASE = re.compile(r"([0-9A-Za-z]+)_\{?(\d+)\}?")  # 40_9, 2516_{8}
 
 
 def _alarm_seconds(timeout_s: float) -> int | None:
@@ -77,22 +79,41 @@ def answers_match(pred: str, gold: str, timeout_s: float = 5.0) -> bool:
     pred_norm, gold_norm = normalize_answer(pred), normalize_answer(gold)
     if pred_norm == gold_norm:
         return True
-    return parsed_match(parse_gold(gold, timeout_s), parse_answer(pred_norm, timeout_s), timeout_s)
+    return parsed_match(
+        pred_norm, gold_norm, parse_gold(gold, timeout_s), parse_answer(pred_norm, timeout_s), timeout_s
+    )
 
 
-def parsed_match(gold_parsed: Sequence, pred_parsed: Sequence, timeout_s: float = 5.0) -> bool:
-    """The verdict of :func:`answers_match` on answers already parsed (when their normalised strings differ).
+def other_base(pred_norm: str, gold_norm: str) -> bool:
+    """Whether the answer is a number written in another base than the gold (math-verify drops ``_9`` from ``40_9``).
+
+    Bare digits against ``40_9`` are read in the gold's base (the problem asked for it); ``40_8`` against ``40_9``,
+    or ``40_9`` against the decimal gold ``40``, is another number.
+    """
+    pred_base = _BASE.fullmatch(pred_norm)
+    if pred_base is None:
+        return False
+    gold_base = _BASE.fullmatch(gold_norm)
+    return (gold_base.group(2) if gold_base else "10") != pred_base.group(2)
+
+
+def parsed_match(
+    pred_norm: str, gold_norm: str, gold_parsed: Sequence, pred_parsed: Sequence, timeout_s: float = 5.0
+) -> bool:
+    """The verdict of :func:`answers_match` on normalised answers that differ, already parsed.
 
     Args:
+        pred_norm: The normalised extracted answer.
+        gold_norm: The normalised gold answer.
         gold_parsed: :func:`parse_gold` of the gold answer.
-        pred_parsed: :func:`parse_answer` of the normalised extracted answer.
+        pred_parsed: :func:`parse_answer` of ``pred_norm``.
         timeout_s: math-verify's verify timeout in seconds (main thread only).
 
     Returns:
-        True when math-verify finds the two equivalent, and an equation answer to a gold that is not an equation
-        states a value (:func:`states_a_value`).
+        True when math-verify finds the two equivalent, the answer is not in another base (:func:`other_base`), and
+        an equation answer to a gold that is not an equation states a value (:func:`states_a_value`).
     """
-    if not gold_parsed or not pred_parsed:
+    if not gold_parsed or not pred_parsed or other_base(pred_norm, gold_norm):
         return False
     if _unrelated_equation(gold_parsed, pred_parsed):
         return False
