@@ -116,6 +116,8 @@ class MLMTTrainer:
             with _timer(timing, "reward"):
                 scores = self.score(problems, episodes, references)
             metrics = episode_metrics(episodes, scores, prefix="train")
+            if references is not None:  # which weights generated R_ref (the LL's of the last refresh)
+                metrics.update(self.snapshot.generation_metrics(self.groups["ll"], self._probe("ll")))
             frozen = {k: k not in self.groups or self.mlmt[k].freeze for k in ("ll", "hl")}  # no HL: the LL alone
             active = levels_to_update(step, self.mlmt.schedule, frozen)
             stage_index, stage = adv.stage_at(self.mlmt.stages, step)
@@ -128,7 +130,7 @@ class MLMTTrainer:
                     metrics.update(self.ref_refresh.refresh(self.groups["ll"]))
             if self.snapshot is not None and self.snapshot.due(step):
                 with _timer(timing, "snapshot_refresh"):
-                    self.snapshot.refresh(self.groups["ll"], step)
+                    metrics.update(self.snapshot.refresh(self.groups["ll"], step, self._probe("ll")))
             metrics.update({f"timing_s/{k}": v for k, v in timing.items()})
             metrics["perf/generated_tokens_per_s"] = metrics["train/generated_tokens"] / max(timing["generate"], 1e-9)
             if self._due(self.config.trainer.test_freq, step, total) and self.val_frame is not None:
@@ -433,6 +435,7 @@ class MLMTTrainer:
             self.ref_refresh.save(self.groups["ll"], folder)
         for level, critic in self.critics.items():
             critic.save_checkpoint(str(folder / f"{level}_critic"), self.global_step)
+        snapshot = None if self.snapshot is None else self.snapshot.save(folder, self.global_step)
         st.write_trainer_state(
             self.ckpt_dir,
             self.global_step,
@@ -443,6 +446,7 @@ class MLMTTrainer:
                 "rng": st.rng_state(),
                 "history": self.history,
                 "probe_log_probs": self._probe_log_probs(),
+                "snapshot": snapshot,  # the lagged LL snapshot's refresh step and the LL's probe then, or None
             },
         )
         st.mark_latest(self.ckpt_dir, self.global_step)
@@ -452,14 +456,18 @@ class MLMTTrainer:
         """Restore both models, the sampler, the stage history and the RNG from a checkpoint (``trainer.resume_mode``).
 
         ``resume_path`` loads everything from the ``global_step_N`` folder ``trainer.resume_from_path`` (another
-        run's, typically); later checkpoints are written to this run's folder.
+        run's, typically); later checkpoints are written to this run's folder. The lagged LL snapshot comes from the
+        same folder (``global_step_N/ll_snapshot``), never from a refresh folder.
         """
         trainer_config = self.config.trainer
         point = st.resume_point(trainer_config.resume_mode, self.ckpt_dir, trainer_config.resume_from_path)
         if point is None:
+            if self.snapshot is not None:
+                self.snapshot.start(self.groups["ll"], self._probe("ll"))
             return
         root, step = point
         folder = st.step_dir(root, step)
+        saved = st.read_trainer_state(root, step)
         for level, group in self.groups.items():
             if (folder / level).is_dir():
                 group.load_checkpoint(str(folder / level))
@@ -468,9 +476,8 @@ class MLMTTrainer:
             if (folder / f"{level}_critic").is_dir():
                 critic.load_checkpoint(str(folder / f"{level}_critic"))
         if self.snapshot is not None:
-            self.snapshot.restore(step)
+            self.snapshot.restore(folder, step, saved, self.groups["ll"], self._probe("ll"))
         reference_gap = self.ref_refresh.restore(self.groups["ll"], folder) if self.ref_refresh.enabled else {}
-        saved = st.read_trainer_state(root, step)
         self.global_step = saved["global_step"]
         self.sampler.load_state_dict(saved["sampler"])
         self.history = saved["history"]
@@ -479,18 +486,22 @@ class MLMTTrainer:
         gaps = {
             f"resume/{lv}_logprob_max_abs_diff": float((restored[lv] - saved["probe_log_probs"][lv]).abs().max())
             for lv in restored
+            if lv in saved["probe_log_probs"]  # ll_snapshot: absent from a checkpoint of a run without one
         } | reference_gap
         self.tracker.log(gaps, step=step)
         logger.info("resumed from %s at step %d (%s)", folder, step, gaps)
 
+    def _probe(self, level: str) -> DataProto:
+        """A fixed token sequence in ``level``'s vocabulary: its log-probs identify a model's weights."""
+        pad = padding_id(self.tokenizers[level])
+        vocab = min(len(self.tokenizers[level]), 64)
+        return build_rows([[1, 2, 3, 4]], [[(5 + i) % vocab for i in range(8)]], pad)
+
     def _probe_log_probs(self) -> dict[str, torch.Tensor]:
-        """Log-probs of a fixed token sequence under both actors: equal before save and after load."""
-        result = {}
-        for level, group in self.groups.items():
-            pad = padding_id(self.tokenizers[level])
-            vocab = min(len(self.tokenizers[level]), 64)
-            probe = build_rows([[1, 2, 3, 4]], [[(5 + i) % vocab for i in range(8)]], pad)
-            result[level], _ = group.compute_log_prob(probe)
+        """Log-probs of the probe under both actors and the lagged LL snapshot: equal before save and after load."""
+        result = {level: group.compute_log_prob(self._probe(level))[0] for level, group in self.groups.items()}
+        if self.snapshot is not None:
+            result["ll_snapshot"] = self.snapshot.probe_log_probs(self._probe("ll"))
         return result
 
 

@@ -8,18 +8,30 @@ a stale one (a per-feedback R_ref, unlike the no-feedback refinement, does not c
 The snapshot is its own :class:`~agent_system.trainer.policy.PolicyGroup` (verl's ``ActorRolloutRefWorker`` with
 role ``actor_rollout``, on its own resource pool of ``mlmt.ll_gpus`` processes, its replicas ranked after the HL's)
 that only generates: it is never updated. The original shared the LL's GPUs (``max_colocate_count=2``); here it
-needs ``mlmt.ll_gpus`` devices of its own. A refresh saves the LL's checkpoint to
-``<trainer.default_local_dir>/reg_ref_checkpoint`` (as the original does), loads it into the snapshot's actor and
-pushes it into the snapshot's rollout servers. It starts from the LL's initial weights; on resume it reloads that
-folder when present (the snapshot of the last refresh).
+needs ``mlmt.ll_gpus`` devices of its own. It starts from the LL's initial weights.
+
+Refresh (after the LL's update of every ``reg_gap``-th step K): the LL saves its checkpoint into a staging folder
+``<trainer.default_local_dir>/reg_ref_checkpoint/.tmp_step_K``, which is renamed to ``step_K`` once complete (older
+refresh folders are then deleted); the snapshot's actor loads it (model weights only) and pushes it into its rollout
+servers. A crash mid-refresh leaves only a staging folder, which is never loaded and is removed by the next refresh.
+
+Checkpoints: every ``global_step_N`` holds the snapshot as it is at step N (``global_step_N/ll_snapshot/``, its
+model shards) and ``trainer_state.pt`` holds the step of the refresh it came from and the LL's probe log-probs at
+that refresh. A resume (``auto`` or ``resume_path``, whichever run's folder it reads) loads the snapshot from that
+``global_step_N``, never from a refresh folder: the resumed snapshot scores a probe exactly as the uninterrupted
+run's did at step N (``resume/ll_snapshot_logprob_max_abs_diff`` = 0). A checkpoint without a snapshot (a run
+without the contrastive reward) gives the snapshot the resumed LL's weights, with a warning.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import shutil
 from pathlib import Path
 
+import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from agent_system import verl_compat as vc
@@ -32,6 +44,8 @@ from agent_system.trainer.policy import PolicyGroup
 logger = logging.getLogger(__name__)
 
 SNAPSHOT = "ll_snapshot"
+CHECKPOINT_FOLDER = SNAPSHOT  # global_step_N/ll_snapshot: the snapshot's model shards at step N
+REFRESH_FOLDER = "reg_ref_checkpoint"
 
 
 def snapshot_view(config: DictConfig) -> DictConfig:
@@ -55,7 +69,73 @@ def snapshot_view(config: DictConfig) -> DictConfig:
         view.actor_rollout_ref.rollout.custom = {**(view.actor_rollout_ref.rollout.get("custom") or {})}
         view.actor_rollout_ref.rollout.custom.server_tag = SNAPSHOT
         view.actor_rollout_ref.rollout.custom.replica_rank_offset = hl_offset + max(hl_ranks // per_replica, 1)
+        # never updated: only its weights are loaded (from the LL's refresh checkpoint) and saved (with checkpoints)
+        view.actor_rollout_ref.actor.checkpoint.save_contents = ["model"]
+        view.actor_rollout_ref.actor.checkpoint.load_contents = ["model"]
     return view
+
+
+def refresh_dir(root: str | os.PathLike, step: int) -> Path:
+    """The complete LL checkpoint of the refresh at ``step`` (``<root>/reg_ref_checkpoint/step_K``)."""
+    return Path(root) / REFRESH_FOLDER / f"step_{step}"
+
+
+def staging_dir(root: str | os.PathLike, step: int) -> Path:
+    """Where the LL writes the checkpoint of the refresh at ``step`` before it is complete."""
+    return Path(root) / REFRESH_FOLDER / f".tmp_step_{step}"
+
+
+def begin_refresh(root: str | os.PathLike, step: int) -> Path:
+    """An empty staging folder for the refresh at ``step``; staging folders a crash left behind are removed."""
+    base = Path(root) / REFRESH_FOLDER
+    for leftover in base.glob(".tmp_step_*"):
+        shutil.rmtree(leftover)
+    staging = staging_dir(root, step)
+    staging.mkdir(parents=True)
+    return staging
+
+
+def commit_refresh(root: str | os.PathLike, step: int) -> Path:
+    """Rename the complete staging folder of ``step`` to ``step_K`` and delete the older refreshes; returns it."""
+    staging, final = staging_dir(root, step), refresh_dir(root, step)
+    if not staging.is_dir() or not any(staging.iterdir()):
+        raise FileNotFoundError(f"{staging}: the LL's refresh checkpoint was not written")
+    if final.exists():  # the same step refreshed again (a resumed run repeating it)
+        shutil.rmtree(final)
+    os.replace(staging, final)
+    for older in (Path(root) / REFRESH_FOLDER).glob("step_*"):
+        if older != final:
+            shutil.rmtree(older)
+    return final
+
+
+def restore_source(checkpoint: str | os.PathLike, step: int, saved: dict) -> tuple[Path | None, int, object]:
+    """What a resume from ``checkpoint`` (a ``global_step_N`` folder of any run) loads into the snapshot.
+
+    Args:
+        checkpoint: the ``global_step_N`` folder the resume reads.
+        step: N.
+        saved: that checkpoint's trainer state (``trainer_state.pt``).
+
+    Returns:
+        (folder to load or None to keep the initial weights, the refresh step the weights stand for, the LL's probe
+        log-probs at that refresh or None when unknown).
+
+    Raises:
+        FileNotFoundError: the trainer state names a snapshot but ``checkpoint/ll_snapshot`` is missing.
+    """
+    folder, info = Path(checkpoint), saved.get("snapshot")
+    if info is not None:
+        if not (folder / CHECKPOINT_FOLDER).is_dir():
+            raise FileNotFoundError(
+                f"{folder}: trainer_state.pt records an LL snapshot but {CHECKPOINT_FOLDER}/ is missing"
+            )
+        return folder / CHECKPOINT_FOLDER, int(info["refreshed_at"]), info["refresh_probe"]
+    if (folder / "ll").is_dir():
+        logger.warning("%s has no LL snapshot: the snapshot starts from the resumed LL (step %d)", folder, step)
+        return folder / "ll", step, None
+    logger.warning("%s has neither an LL snapshot nor an LL checkpoint: the snapshot keeps the initial weights", folder)
+    return None, 0, None
 
 
 class LaggedSnapshot:
@@ -77,8 +157,9 @@ class LaggedSnapshot:
         )
         self.group = PolicyGroup(SNAPSHOT, view, worker_group, use_ref=False)
         self.reg_gap = int(config.mlmt.reward.reg_gap)
-        self.folder = Path(config.trainer.default_local_dir) / "reg_ref_checkpoint"
-        self.refreshed_at = 0
+        self.root = Path(config.trainer.default_local_dir)
+        self.refreshed_at = 0  # the step whose LL weights the snapshot holds (0: the initial weights)
+        self.refresh_probe: torch.Tensor | None = None  # the LL's probe log-probs at that refresh
 
     def init(self) -> None:
         """Start the snapshot's actor (the LL's initial weights) and its rollout servers."""
@@ -88,22 +169,56 @@ class LaggedSnapshot:
         """A refresh is due after the LL's update at every ``reg_gap``-th step."""
         return step % self.reg_gap == 0
 
-    def refresh(self, ll: PolicyGroup, step: int) -> None:
-        """Copy the LL's current weights into the snapshot (through the LL's checkpoint, as the original)."""
-        ll.save_checkpoint(str(self.folder), step)
-        self.load(step)
+    def refresh(self, ll: PolicyGroup, step: int, probe) -> dict[str, float]:
+        """Copy the LL's current weights into the snapshot (through the LL's checkpoint, as the original).
 
-    def load(self, step: int) -> None:
-        """Load ``reg_ref_checkpoint`` into the snapshot's actor and rollout servers."""
-        self.group.load_checkpoint(str(self.folder))
+        ``probe``: the fixed rows both score; returns the probe gap between the snapshot and the LL afterwards (0:
+        the snapshot holds the LL's weights)."""
+        ll.save_checkpoint(str(begin_refresh(self.root, step)), step)
+        folder = commit_refresh(self.root, step)
+        self.refresh_probe, _ = ll.compute_log_prob(probe)
+        self._load(folder, step, step)
+        gap = float((self.probe_log_probs(probe) - self.refresh_probe).abs().max())
+        return {"ll_snapshot/refreshed": 1.0, "ll_snapshot/refresh_probe_gap": gap}
+
+    def _load(self, folder: Path, refreshed_at: int, step: int) -> None:
+        self.group.load_checkpoint(str(folder))
         self.group.sync_weights(step)
-        self.refreshed_at = step
-        logger.info("LL snapshot refreshed at step %d from %s", step, self.folder)
+        self.refreshed_at = refreshed_at
+        logger.info("LL snapshot loaded from %s (the LL of step %d)", folder, refreshed_at)
 
-    def restore(self, step: int) -> None:
-        """On resume: the snapshot of the last refresh, if one was written."""
-        if self.folder.is_dir() and any(self.folder.iterdir()):
-            self.load(step)
+    def probe_log_probs(self, probe) -> torch.Tensor:
+        """The snapshot actor's log-probs of the probe rows."""
+        return self.group.compute_log_prob(probe)[0]
+
+    def generation_metrics(self, ll: PolicyGroup, probe) -> dict[str, float]:
+        """Which weights generate this step's R_ref: the refresh step, the probe gap to the LL's at that refresh (0)
+        and to the current LL's (> 0 once the LL has been updated since the refresh)."""
+        snapshot = self.probe_log_probs(probe)
+        current, _ = ll.compute_log_prob(probe)
+        return {
+            "ll_snapshot/weights_step": self.refreshed_at,
+            "ll_snapshot/probe_logprob_sum": float(snapshot.sum()),
+            "ll_snapshot/probe_gap_to_refresh": float((snapshot - self.refresh_probe).abs().max()),
+            "ll_snapshot/probe_gap_to_ll": float((snapshot - current).abs().max()),
+        }
+
+    def save(self, checkpoint: Path, step: int) -> dict:
+        """Save the snapshot into ``checkpoint/ll_snapshot``; returns its part of the trainer state."""
+        self.group.save_checkpoint(str(checkpoint / CHECKPOINT_FOLDER), step)
+        return {"refreshed_at": self.refreshed_at, "refresh_probe": self.refresh_probe}
+
+    def restore(self, checkpoint: Path, step: int, saved: dict, ll: PolicyGroup, probe) -> None:
+        """On resume: the snapshot saved in ``checkpoint`` (see :func:`restore_source`)."""
+        folder, refreshed_at, refresh_probe = restore_source(checkpoint, step, saved)
+        if folder is not None:
+            self._load(folder, refreshed_at, step)
+        self.refresh_probe = refresh_probe if refresh_probe is not None else self.probe_log_probs(probe)
+        self.refreshed_at = refreshed_at
+
+    def start(self, ll: PolicyGroup, probe) -> None:
+        """A fresh run: the snapshot holds the LL's initial weights (its "refresh" at step 0)."""
+        self.refresh_probe, _ = ll.compute_log_prob(probe)
 
     def refine(
         self, episodes: list[Episode], tokenizer, max_tokens: int, temperature: float, step: int

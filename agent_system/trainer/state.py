@@ -4,7 +4,9 @@ Checkpoint layout under ``<trainer.default_local_dir>/checkpoints``::
 
     global_step_N/ll/            LL actor (verl FSDP checkpoint: model, optimizer, HF config)
     global_step_N/hl/            HL actor
-    global_step_N/trainer_state.pt   step, sampler position, stage, RNG states, probe log-probs
+    global_step_N/ll_snapshot/   the lagged LL snapshot of the contrastive HL reward (its model shards; snapshot.py)
+    global_step_N/trainer_state.pt   step, sampler position, stage, RNG states, probe log-probs, the snapshot's
+                                     refresh step
     latest_checkpointed_iteration.txt  N, written (tmp + rename) only after everything above is complete
 """
 
