@@ -9,8 +9,12 @@
   GRPO grouping or the weight sync is wrong (no rise; a broken sync also shows as a rollout/actor log-prob gap).
   No HL workers exist: no ``hl/`` metric, trajectories without feedback.
 * **SCoRe** (recipes/score: ``mlmt.feedback=self``): stage I at step 1 (a reference model: turn 1 held by β2), stage
-  II at step 2; the second attempt reads the fixed self-correction instruction; no HL. The solver moves away from
-  its reference after step 1 (an entropy bonus gives a gradient even when the toy task rewards nothing).
+  II at step 2; the second attempt reads the fixed self-correction instruction; no HL. Each stage puts its own β on
+  each turn (stage I: β2 on turn 1; stage II: β1); the solver moves away from its reference after step 1 (an
+  entropy bonus gives a gradient even when the toy task rewards nothing). The toy task's rewards are 0 at these
+  two steps, so each stage's task rewards and advantages (stage I: turn 1 gets its KL term only; stage II: R1, and
+  R3 + α(R3 − R1) on the second attempt), for every estimator, are unit-tested
+  (tests/unit/trainer/test_level_advantages_on_cpu.py).
 * **RL-guided SCoRe** (recipes/rl_guided_score): the guidance model (HL) trained by REINFORCE with verl's KL loss to
   its reference. Its KL to the reference is 0 at step 1 (same weights) and > 0 at step 2: the REINFORCE update
   reached the guidance model's weights (the original's bug detached that gradient). The solver is the cue task's
@@ -118,6 +122,10 @@ def test_score_two_stages_without_a_feedback_writer(tiny_models, toy_data, tmp_p
     assert all("ll/pg_loss" in metrics[s] and "train/acc@t3" in metrics[s] for s in (1, 2))
     assert not any(key.startswith("hl/") or "feedback_length" in key for s in metrics for key in metrics[s])
     assert metrics[1]["ll/kl_mean"] == 0.0 and metrics[2]["ll/kl_mean"] != 0.0  # the reference exists and acts
+    # each turn's β by stage (kl_in=loss: the actor's KL-loss coefficient of each row; 4 turn-1 and 4 turn-3 rows):
+    # stage I β2 = 0.1 on turn 1, β_L = 0.01 on turn 3; stage II β1 = 0.01 and β_L = 0.01
+    assert metrics[1]["ll/kl_coef_mean"] == pytest.approx((0.1 + 0.01) / 2)
+    assert metrics[2]["ll/kl_coef_mean"] == pytest.approx(0.01)
     for record in trajectories(out, 2):
         assert record["feedback"] is None and record["refinement"] is not None
         assert "Check your attempt" in record["prompts"]["refine"]
