@@ -16,8 +16,8 @@ from agent_system.multi_turn_rollout.episode import Turn
 from agent_system.rewards import RewardPool
 from agent_system.rewards.judge import JudgeConfig
 
-# a response whose parse by math-verify's default extraction takes seconds (hostile input to the lenient grader)
-SLOW_TO_PARSE = " ".join(f"$x^{{{i}}}+\\sqrt{{{i}}}$" for i in range(20000))
+# a response math-verify cannot finish verifying (until its own alarm, >= 1 s): hostile input to the lenient grader
+SLOW_TO_VERIFY = "so the answer is $9^{9^{9^{9}}}$"
 
 
 @pytest.fixture
@@ -44,12 +44,20 @@ def test_outcomes_of_the_real_graders_results(pool):
     assert outcome({"score": 0.0, "acc": False, "pred": "", "error": "worker crashed"}, False) == "error"
 
 
-def test_lenient_counts_an_unboxed_final_answer_and_survives_a_stuck_parse(lenient):
-    pairs = [("So x = 5", "5"), (SLOW_TO_PARSE, "1"), ("so \\boxed{2}", "3"), ("Thus $\\frac{2}{4}$", "\\frac{1}{2}")]
+def test_lenient_counts_an_unboxed_final_answer(lenient):
+    pairs = [("So x = 5", "5"), ("so \\boxed{2}", "3"), ("Thus $\\frac{2}{4}$", "\\frac{1}{2}"), ("no maths", "1")]
     results = lenient.grade(pairs)
-    assert [r["lenient"] for r in results] == [True, False, False, True]
-    assert results[0]["lenient_answer"] == "5" and results[2]["lenient_answer"] == "2"
-    assert results[1]["lenient_error"] == "timeout" and results[0]["lenient_error"] is None
+    assert [r["lenient"] for r in results] == [True, False, True, False]
+    assert [r["lenient_answer"] for r in results] == ["5", "2", "\\frac{2}{4}", ""]
+    assert all(r["lenient_error"] is None for r in results)
+
+
+def test_lenient_grader_kills_a_worker_stuck_on_a_response():
+    """The worker's wall-clock limit (0.5 s) fires before math-verify's own alarm (1 s): killed, replaced, counted."""
+    with LenientGrader(workers=1, timeout_s=0.5) as grader:
+        results = grader.grade([(SLOW_TO_VERIFY, "1"), ("so \\boxed{2}", "2")])
+    assert results[0] == {"lenient": False, "lenient_answer": "", "lenient_error": "timeout"}
+    assert results[1]["lenient"] is True  # the replacement worker grades the next pair
 
 
 class _Judge(BaseHTTPRequestHandler):
