@@ -10,6 +10,10 @@ LL of step 4), and an ``auto`` resume of the same run folder.
   updated since), and refreshes happen at steps 2 and 4 only.
 * The resume: the resumed snapshot is the checkpoint's (the LL of step 2), not the newer refresh folder's; it scores
   the probe exactly as the uninterrupted run's snapshot did at step 4.
+
+Measured: 155 s on the 2-core machine (both runs). Deliberate breaks, each run once: the resume loading the newest
+refresh folder (the code before this test) fails with ``resume/ll_snapshot_logprob_max_abs_diff`` 0.755; a
+snapshot refreshed at every step (R_ref from the current solver) fails on the refresh steps [0, 1, 2, 3, 4].
 """
 
 from __future__ import annotations
