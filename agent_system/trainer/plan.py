@@ -465,10 +465,21 @@ def plan_differences(plan: RunPlan, config: DictConfig, history: list[dict], las
     missing = [step for step in range(1, last_step + 1) if step not in records]
     if missing:
         differences.append(f"no record of steps {compress_steps(missing)}")
+    # Steps resumed from a checkpoint written before run plans existed carry no stage / update records: the check
+    # starts after the last of them (said in the log), and the updates before it are taken as planned.
+    unplanned = [step for step in sorted(records) if "train/stage_index" not in records[step]]
+    first = unplanned[-1] + 1 if unplanned else 1
+    if unplanned:
+        logger.warning(
+            "steps %s come from a checkpoint written before run plans: the plan is checked on steps %d-%d only",
+            compress_steps(unplanned),
+            first,
+            last_step,
+        )
     frozen = frozen_levels(config)
     for level, level_plan in plan.levels.items():
-        planned = [s for s in level_plan.update_steps if s <= last_step]
-        done = [s for s in sorted(records) if s <= last_step and records[s].get(f"{level}/updated")]
+        planned = [s for s in level_plan.update_steps if first <= s <= last_step]
+        done = [s for s in sorted(records) if first <= s <= last_step and records[s].get(f"{level}/updated")]
         if done != planned:
             differences.append(
                 f"{level}: planned {len(planned)} updates ({compress_steps(planned)}), the run made {len(done)} "
@@ -477,19 +488,20 @@ def plan_differences(plan: RunPlan, config: DictConfig, history: list[dict], las
             continue
         if not done or frozen[level]:
             continue
+        updates = len([s for s in level_plan.update_steps if s <= last_step])  # the pre-plan ones included
         for lr, critic in ((level_plan.lr, False), (level_plan.critic_lr, True)):
             if lr is None:
                 continue
-            expected = lr_after(config, lr.section, len(done))
+            expected = lr_after(config, lr.section, updates)
             reported = _reported_lr(records[done[-1]], level, critic)
             if reported is None:
                 differences.append(f"{level}: verl reported no lr at its last update (step {done[-1]}, {lr.section})")
             elif not math.isclose(reported, expected, rel_tol=LR_TOLERANCE, abs_tol=1e-15):
                 differences.append(
-                    f"{level}: {lr.section} lr after the last update (step {done[-1]}, update {len(done)}) is "
+                    f"{level}: {lr.section} lr after the last update (step {done[-1]}, update {updates}) is "
                     f"{reported:.6g}, the plan's {expected:.6g}"
                 )
-            if len(done) >= 2 and len(done) == len(level_plan.update_steps):  # the lr the last update used
+            if len(done) >= 2 and updates == len(level_plan.update_steps):  # the lr the last update used
                 used = _reported_lr(records[done[-2]], level, critic)
                 if used is not None and not math.isclose(used, lr.last, rel_tol=LR_TOLERANCE, abs_tol=1e-15):
                     differences.append(

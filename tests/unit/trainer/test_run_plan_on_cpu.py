@@ -151,6 +151,13 @@ def test_plan_check_names_each_difference(tmp_path):
     with pytest.raises(PlanMismatch, match="actor_rollout_ref.actor.optim lr after the last update"):
         check_run(plan, config, lr, 12)
 
+    # resumed from a checkpoint written before run plans: its steps carry no stage / update records
+    old = [{"step": r["step"], **({"ll/lr": r["ll/lr"]} if "ll/lr" in r else {})} for r in history[:6]]
+    check_run(plan, config, old + history[6:], 12)
+    late = old + copy.deepcopy(history[6:])  # ... the steps after it are still checked
+    late[-2].pop("hl/updated")  # step 11
+    assert any(d.startswith("hl: planned 2 updates (7, 11)") for d in plan_differences(plan, config, late, 12))
+
     write_plan(plan, tmp_path)
     saved = read_plan(tmp_path)
     assert saved["levels"]["hl"]["update_steps"] == [3, 7, 11] and (tmp_path / "run_plan.md").is_file()
