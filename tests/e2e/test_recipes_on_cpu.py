@@ -18,7 +18,11 @@
 * **RL-guided SCoRe** (recipes/rl_guided_score): the guidance model (HL) trained by REINFORCE with verl's KL loss to
   its reference. Its KL to the reference is 0 at step 1 (same weights) and > 0 at step 2: the REINFORCE update
   reached the guidance model's weights (the original's bug detached that gradient). The solver is the cue task's
-  half-sure one (cue_task.py), so whether the second attempt is right varies with the hint.
+  half-sure one (cue_task.py), so whether the second attempt is right varies with the hint. Moving away says nothing
+  of the direction (a negated advantage moves it too); the run's logged HL advantages have the sign of its R3
+  rewards (REINFORCE on R3 ∈ {0, 1}), and the direction of the update itself is tested on a real actor in
+  tests/integration/test_rl_guided_score_direction_on_cpu.py (and the advantages in
+  tests/unit/trainer/test_rl_guided_score_advantages_on_cpu.py).
 """
 
 from __future__ import annotations
@@ -160,3 +164,6 @@ def test_rl_guided_score_trains_the_guidance_model(cue_ll_unsure, cue_hl, cue_da
     assert metrics[1]["hl/kl_mean"] == 0.0, metrics[1]
     assert abs(metrics[2]["hl/kl_mean"]) > 1e-4, metrics[2]  # the guidance model's weights moved
     assert metrics[2]["hl/rollout_actor_logprob_diff_max"] < 1e-3  # and its server samples with them
+    for s in (1, 2):  # REINFORCE on R3: each feedback token's advantage is its R3, so > 0 exactly when some R3 = 1
+        assert metrics[s]["hl/advantage_mean"] >= 0.0, metrics[s]
+        assert (metrics[s]["hl/advantage_mean"] > 0) == (metrics[s]["hl/reward_mean"] > 0), metrics[s]
