@@ -105,9 +105,11 @@ def _smallest_prompt_budget(models: dict, files: tuple[str, str], min_quote_toke
 
 
 def test_mbpp_two_steps_padless_tokenizers_tight_prompt_budget(padless_models, tmp_path):
+    import pandas as pd
     from transformers import AutoTokenizer
 
     from agent_system.prompts.templates import chat_ids
+    from agent_system.rewards.code_reward import parse_tests, shown_tests
 
     ll_tok, hl_tok = (AutoTokenizer.from_pretrained(padless_models[k]) for k in ("ll", "hl"))
     assert ll_tok.pad_token_id is None and hl_tok.pad_token_id is None and len(ll_tok) != len(hl_tok)
@@ -151,17 +153,29 @@ def test_mbpp_two_steps_padless_tokenizers_tight_prompt_budget(padless_models, t
     records = [json.loads(line) for line in (out / "trajectories" / "step_2.jsonl").read_text().splitlines()]
     assert records and {"problem", "attempt", "feedback", "refinement", "R1", "R3", "prompts"} <= set(records[0])
     print("an HL prompt of step 2:", records[0]["prompts"]["feedback"], sep="\n")
+    tests_of = {  # problem statement -> its asserts, from the training rows
+        row["extra_info"]["question"]: parse_tests(row["reward_model"]["ground_truth"])
+        for row in pd.read_parquet(files[0]).to_dict("records")
+    }
+    hidden_count = 0
     for record in records:
         prompts = record["prompts"]
         assert "Python programmer" in prompts["solve"] and "```python" in prompts["solve"]
         assert "\\boxed" not in prompts["solve"] and record["problem"] in prompts["solve"]
         assert "programming mentor" in prompts["feedback"] and "Do not write any code" in prompts["feedback"]
-        assert re.match(r"\d of 3 tests passed\. First failure: ", record["execution_result"]), record
+        # the HL reads the results of the tests the statement shows, never a hidden assert
+        tests = tests_of[record["problem"]]
+        shown = shown_tests(tests, record["problem"])
+        heading = rf"\d of {len(shown)} tests shown in the task passed\. First failure: "
+        assert re.match(heading, record["execution_result"]), record
         assert f"Execution result:\n{record['execution_result'][:6]}" in prompts["feedback"]  # its head at least
+        assert not any(test in prompts["feedback"] for test in tests if test not in shown), record
+        hidden_count += len([test for test in tests if test not in shown])
         assert "Feedback from a mentor:" in prompts["refine"] and prompts["refine"].endswith("```python code block.")
         assert (
             len(chat_ids(hl_tok, prompts["feedback"])) <= budget and len(chat_ids(ll_tok, prompts["refine"])) <= budget
         )
+    assert hidden_count > 0  # the rows have hidden asserts, so the check above is not empty
     assert (out / "mlmt_progress.png").stat().st_size > 1000
 
 
