@@ -4,8 +4,8 @@
   contains a digit; the feedback writer starts from random weights. Its reward R3 must rise from its starting rate
   (about 0.25; asserted in [0.1, 0.5]) to >= 0.8.
 * **Both levels at once** under the default (tH, tL) = (1, 1) schedule (both levels every step): the solver starts
-  right only about half the time when cued; turn-3 accuracy, the HL's reward and the solver's accuracy given a cue
-  must rise.
+  right only about half the time when cued; turn-3 accuracy and the solver's accuracy given a cue must rise. The
+  feedback writer does not learn in this run (see the test's docstring).
 """
 
 from __future__ import annotations
@@ -76,14 +76,21 @@ def test_feedback_writer_learns_to_emit_the_cue(cue_ll_sure, cue_hl, cue_data, t
     assert cue_rate[1] >= 0.8 > cue_rate[0], cue_rate  # the feedback writer learned to give the cue
 
 
-def test_both_levels_learn_under_the_default_schedule(cue_ll_unsure, cue_hl, cue_data, tmp_path):
-    """Both levels update on every step; turn-3 accuracy, the HL's reward and the solver's accuracy given a cue rise.
+def test_both_levels_update_and_the_solver_learns_under_the_default_schedule(cue_ll_unsure, cue_hl, cue_data, tmp_path):
+    """Both levels update on every step; turn-3 accuracy and the solver's accuracy given a cue rise.
 
-    Measured (12 steps, solver lr 1e-4): turn-3 accuracy = HL reward 0.25 0.38 0.47 0.62 0.88 0.78 0.84 1.00 1.00
-    0.94 1.00 1.00; solver accuracy given a cue 0.42 → 1.00. The HL's cue rate stayed at 0.22-0.41: the task has a
-    single answer, so the solver also learns to answer without the cue and the feedback stops mattering (at solver
-    lr 1e-3 this happened by step 2 and the cue rate drifted to 0.09). The cue rate is therefore printed, not
-    asserted; the HL learning the cue is asserted in the frozen-solver test above.
+    What this run does **not** show reliably: the feedback writer learning. Its reward is R3, and on this
+    single-answer task the solver also learns to answer without the cue (it already does about a third of the time at
+    step 1), so the feedback can stop mattering. Measured, the HL's cue rate over 12 steps at solver lr 1e-4:
+    0.31 → 0.16, 0.34 → 0.41 and 0.31 → 0.72 in three runs; 0.28 → 0.16 at 3e-5 and 0.34 → 0.19 at 1e-5, while the
+    accuracy without a cue rose from 0.19-0.35 to 0.73-0.81 at the lower rates. So the cue rate is printed, not
+    asserted. The HL learning the cue is asserted in the frozen-solver test above; a joint-training task on which the
+    feedback keeps mattering is still to be built.
+
+    Measured (12 steps, solver lr 1e-4), turn-3 accuracy 0.28 0.50 0.75 0.62 0.75 0.75 0.84 0.91 0.94 0.91 0.97 0.97
+    and 0.34 0.62 0.66 0.81 0.78 0.75 0.88 0.88 1.00 0.94 1.00 1.00; the solver's accuracy given a cue, pooled over
+    the cued rows of steps 1-3 and 10-12 (about 15-35 rows each), 0.42 → 0.82, 0.53 → 1.00 and 0.50 → 0.95. A step has
+    only 5-13 cued rows, too few to hold a per-step threshold (a per-step mean of 0.82 failed a 0.9 bound in CI).
     """
     steps = 12
     metrics = run_main(
@@ -99,22 +106,17 @@ def test_both_levels_learn_under_the_default_schedule(cue_ll_unsure, cue_hl, cue
         ],
     )
     assert all("ll/pg_loss" in metrics[s] and "hl/pg_loss" in metrics[s] for s in metrics)  # (1, 1): both, every step
-    cue_rate, right_given_cue = [], []
-    for s in range(1, steps + 1):
-        records = trajectories(tmp_path / "run", s)
-        cued = [r for r in records if has_cue(r["feedback"])]
-        cue_rate.append(len(cued) / len(records))
-        right_given_cue.append(np.mean([r["R3"] for r in cued]) if cued else np.nan)
+    records = {s: trajectories(tmp_path / "run", s) for s in range(1, steps + 1)}
+    cue_rate = [np.mean([has_cue(r["feedback"]) for r in records[s]]) for s in range(1, steps + 1)]
     r3 = [metrics[s]["train/acc@t3"] for s in range(1, steps + 1)]
-    hl_reward = [metrics[s]["hl/reward_mean"] for s in range(1, steps + 1)]
+
+    def right_given_cue(window: range) -> float:
+        cued = [r["R3"] for s in window for r in records[s] if has_cue(r["feedback"])]
+        return float(np.mean(cued))
+
+    early, late = right_given_cue(range(1, 4)), right_given_cue(range(steps - 2, steps + 1))
     print("turn-3 accuracy:", " ".join(f"{v:.2f}" for v in r3))
-    print("HL reward:", " ".join(f"{v:.2f}" for v in hl_reward))
-    print("HL cue rate:", " ".join(f"{v:.2f}" for v in cue_rate))
-    print("LL accuracy given a cue:", " ".join(f"{v:.2f}" for v in right_given_cue))
-    early, late = slice(0, 3), slice(steps - 3, steps)
-    assert np.mean(r3[late]) > np.mean(r3[early]) + 0.3, r3
-    assert np.mean(hl_reward[late]) > np.mean(hl_reward[early]) + 0.3, hl_reward
-    # the LL: from the fixture's rate (0.42 in one run, 0.79 in another: the fixture's short supervised training is not
-    # bit-identical across machines) to near-perfect
-    assert np.nanmean(right_given_cue[late]) >= 0.9, right_given_cue
-    assert np.nanmean(right_given_cue[late]) > np.nanmean(right_given_cue[early]), right_given_cue
+    print("HL cue rate (not asserted, see the docstring):", " ".join(f"{v:.2f}" for v in cue_rate))
+    print(f"LL accuracy given a cue, steps 1-3 → {steps - 2}-{steps}: {early:.2f} → {late:.2f}")
+    assert np.mean(r3[-3:]) > np.mean(r3[:3]) + 0.3, r3
+    assert late > early + 0.25, (early, late)
