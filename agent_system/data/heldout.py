@@ -20,6 +20,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import pandas as pd
+import pyarrow.parquet as pq
 
 TEST_SPLITS = frozenset({"test"})
 ALLOW_KEY = "data.allow_test_split_in_train"
@@ -176,7 +177,10 @@ def check_train_splits(train_files: str | Sequence[str] | None, allow: bool = Fa
     paths = [train_files] if isinstance(train_files, str) else list(train_files)
     found = {}
     for path in paths:
-        frame = pd.read_parquet(os.path.expanduser(path), columns=["extra_info"])
+        location = os.path.expanduser(path)
+        if "extra_info" not in pq.read_schema(location).names:  # rows without extra_info name no split
+            continue
+        frame = pd.read_parquet(location, columns=["extra_info"])
         count = sum(1 for extra in frame["extra_info"] if isinstance(extra, dict) and extra.get("split") in TEST_SPLITS)
         if count:
             found[path] = count

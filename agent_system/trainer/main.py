@@ -146,12 +146,16 @@ def check_stages_reached(config: DictConfig, train_rows: int) -> None:
 
 
 def preflight(config: DictConfig):
-    """Before any worker starts: the data-dependent checks, the optimizers' horizons and the run plan, logged and
-    written as ``run_plan.json`` / ``run_plan.md`` in ``trainer.default_local_dir``. Returns the
-    :class:`~agent_system.trainer.plan.RunPlan`."""
+    """Before Ray and any worker start: the data-dependent checks (test-split training rows, validation rows that
+    are evaluation rows), the optimizers' horizons and the run plan, logged and written as ``run_plan.json`` /
+    ``run_plan.md`` in ``trainer.default_local_dir``. Returns the :class:`~agent_system.trainer.plan.RunPlan`."""
+    from agent_system.data.heldout import check_train_splits, validation_warnings
     from agent_system.trainer.plan import build_plan, render_markdown, write_plan
 
     train_frame, val_frame = _read_frame(config.data.train_files), _read_frame(config.data.val_files)
+    check_train_splits(config.data.train_files, bool(config.data.get("allow_test_split_in_train", False)))
+    for message in validation_warnings(val_frame, train_frame):
+        logger.warning(message)
     set_schedule_horizon(config, len(train_frame))
     check_stages_reached(config, len(train_frame))
     plan = build_plan(config, len(train_frame), None if val_frame is None else len(val_frame))
@@ -220,11 +224,6 @@ def build_trainer(config: DictConfig):
     use_ref = reference_needed(config)
     judge = trainer_judge(config.mlmt.reward)  # before any worker: mlmt.reward.judge (recorded), its key from the env
     train_frame, val_frame = _read_frame(config.data.train_files), _read_frame(config.data.val_files)
-    from agent_system.data.heldout import check_train_splits, validation_warnings
-
-    check_train_splits(config.data.train_files, bool(config.data.get("allow_test_split_in_train", False)))
-    for message in validation_warnings(val_frame, train_frame):
-        logger.warning(message)
     set_schedule_horizon(config, len(train_frame))
     check_stages_reached(config, len(train_frame))
     if config.mlmt.reward.confidence_lambda > 0:

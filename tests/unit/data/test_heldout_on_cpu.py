@@ -137,6 +137,18 @@ def test_test_split_rows_are_refused_by_file_and_count(prepared):
     assert check_train_splits(mixed, allow=True) == {mixed: 500}
 
 
+def test_preflight_refuses_test_split_training_rows_before_ray(prepared, tmp_path):
+    """The entry point's first step (``main.preflight``, before Ray and any worker) makes the check, plan_only too."""
+    from agent_system.trainer.config import compose_config
+    from agent_system.trainer.main import preflight
+
+    test = str(prepared / "math500/test.parquet")
+    config = compose_config([f"data.train_files={test}", f"trainer.default_local_dir={tmp_path / 'run'}"])
+    with pytest.raises(TrainOnTestSplitError, match="500 of its rows"):
+        preflight(config)
+    assert not (tmp_path / "run" / "run_plan.json").exists()
+
+
 def test_the_embedded_evaluation_sets_are_the_data():
     source = (REPO / "agent_system/data/eval_sets.py").read_text()
     assert source == eval_sets_source(SHARED)
