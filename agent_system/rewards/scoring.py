@@ -57,6 +57,16 @@ def task_kind(data_source: str) -> str:
     return _KINDS[canonical_data_source(data_source)][0]
 
 
+def grading_context(row: dict, prompt_ids: list[int], tokenizer) -> str | None:
+    """The text before a response that the row's grader reads (``prompt_str``): for a YAML task, the prompt the model
+    read (:func:`agent_system.rewards.yaml_reward.grading_context`); None for graders that read the response alone."""
+    if task_kind(row["data_source"]) != "yaml":
+        return None
+    from agent_system.rewards.yaml_reward import grading_context as prompt_as_read
+
+    return prompt_as_read(row, prompt_ids, tokenizer)
+
+
 def _math_gold(name: str, ground_truth) -> str:
     gold = str(ground_truth)
     if name == "gsm8k" and "####" in gold:

@@ -1,5 +1,8 @@
-"""Per-turn task rewards (DESIGN.md §5), their GRPO group keys, advantages from verl's estimator registry, and the
-β·KL terms applied after the estimator.
+"""Per-turn task rewards (docs/METHOD.md, "Turns and rewards"), their GRPO group keys (docs/METHOD.md, "Groups and
+advantages"), advantages from the estimator registries, and the β·KL terms applied after the estimator.
+
+A method adds an estimator with verl's ``register_adv_est`` (critic-free) or :func:`register_value_estimator` (reads a
+value per token), and a level's reward with :func:`register_task_reward` (docs/EXTENDING.md).
 
 Pure functions over tensors and lists: unit-tested without Ray.
 
@@ -31,13 +34,15 @@ attempt); HL rows by the attempt they critique (the m feedbacks on one z).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
 from verl.trainer.ppo import core_algos
 
-from agent_system.trainer import value_shaping as vs
+from agent_system.trainer.rows import LevelInputs, RowKeys, StepScores
 
 
 @dataclass(frozen=True)
@@ -189,6 +194,52 @@ def compute_reinforce_outcome_advantage(
     return returns, returns
 
 
+@dataclass(frozen=True)
+class ValueEstimator:
+    """An estimator that reads a value per response token (``LevelInputs.values``).
+
+    ``fn(token_level_rewards, values, response_mask, config) -> (advantages, returns)``, each (N, R); ``critic``:
+    whether the values are the level's verl critic's (built for the level, trained on ``returns``) rather than
+    supplied by the method's own hook.
+    """
+
+    fn: Callable[..., tuple[torch.Tensor, torch.Tensor]]
+    critic: bool
+
+
+VALUE_ESTIMATORS: dict[str, ValueEstimator] = {}
+
+
+def register_value_estimator(name: str, critic: bool):
+    """Register an estimator that reads values (critic-free ones register with verl's ``register_adv_est``)."""
+
+    def wrap(fn):
+        known = VALUE_ESTIMATORS.get(name)
+        if known is not None and known.fn is not fn:
+            raise ValueError(f"value estimator {name!r} is already registered by {known.fn.__module__}")
+        VALUE_ESTIMATORS[name] = ValueEstimator(fn, critic)
+        return fn
+
+    return wrap
+
+
+def needs_critic(estimator: str) -> bool:
+    """Whether a level with this estimator gets a verl value model (its critic)."""
+    return estimator in VALUE_ESTIMATORS and VALUE_ESTIMATORS[estimator].critic
+
+
+@register_value_estimator("gae", critic=True)
+def compute_gae(token_level_rewards, values, response_mask, config) -> tuple[torch.Tensor, torch.Tensor]:
+    """verl's GAE (PPO) with ``config.gamma`` and ``config.lam``."""
+    return core_algos.get_adv_estimator_fn("gae")(
+        token_level_rewards=token_level_rewards,
+        values=values,
+        response_mask=response_mask,
+        gamma=config.gamma,
+        lam=config.lam,
+    )
+
+
 def compute_advantages(
     estimator: str,
     token_level_rewards: torch.Tensor,
@@ -197,31 +248,17 @@ def compute_advantages(
     config,
     values: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Advantages and returns, each (B, R), from verl's registered estimator ``estimator``.
+    """Advantages and returns, each (B, R), from the registered estimator ``estimator``.
 
-    ``gae`` (PPO) and ``value_baseline`` need the critic's ``values`` (B, R); ``archer`` takes ``values`` as the
-    advantages (the utterance critic's signal of each row on its tokens, ``utterance_critic.py``); the others are
-    critic-free. ``config`` is verl's ``algorithm`` section (gamma, lam, norm_adv_by_std_in_grpo).
+    Estimators registered with :func:`register_value_estimator` (``gae`` and the methods' own) read ``values``
+    (B, R); the others come from verl's registry (``register_adv_est``) and are critic-free. ``config`` is verl's
+    ``algorithm`` section (gamma, lam, norm_adv_by_std_in_grpo).
     """
-    if estimator == "archer":  # the utterance critic's per-row signal, already on every response token
+    if estimator in VALUE_ESTIMATORS:
         if values is None:
-            raise ValueError("adv_estimator=archer needs the utterance critic's values")
-        signal = values * response_mask
-        return signal, signal
-    if estimator == "value_baseline":  # R − V(prompt) on every token (value_shaping.py)
-        rewards = (token_level_rewards * response_mask).sum(-1).numpy()
-        return vs.value_baseline_advantages(rewards, values, response_mask)
+            raise ValueError(f"adv_estimator={estimator} needs the critic's values (one per response token)")
+        return VALUE_ESTIMATORS[estimator].fn(token_level_rewards, values, response_mask, config)
     fn = core_algos.get_adv_estimator_fn(estimator)
-    if estimator == "gae":
-        if values is None:
-            raise ValueError("adv_estimator=gae needs the critic's values")
-        return fn(
-            token_level_rewards=token_level_rewards,
-            values=values,
-            response_mask=response_mask,
-            gamma=config.gamma,
-            lam=config.lam,
-        )
     kwargs = {}
     if estimator == "grpo":  # verl reads this flag from the argument only, not from config
         kwargs["norm_adv_by_std_in_grpo"] = bool(config.get("norm_adv_by_std_in_grpo", True))
@@ -280,77 +317,91 @@ class LevelAdvantages:
     r3_advantages: torch.Tensor | None  # HL only: the advantages S2 = R3 would give (how much S2 changes them)
 
 
-def reference_scores(scores: dict[str, np.ndarray], problem, attempt, feedback) -> np.ndarray | None:
-    """R_ref of each HL row: per feedback (lagged snapshot, (B, n, m)) or per attempt (no feedback, (B, n))."""
-    if "r_ref" not in scores:
-        return None
-    r_ref = scores["r_ref"]
-    return r_ref[problem, attempt, feedback] if r_ref.ndim == 3 else r_ref[problem, attempt]
+@dataclass(frozen=True)
+class TaskReward:
+    """A method's task reward for a level's rows, replacing the per-turn rewards of the module docstring.
+
+    ``selects(level, mlmt) -> bool``: whether the config selects it for ``level``;
+    ``rewards(rows, scores, stage, mlmt, inputs) -> (N,)``: the reward of each row (``inputs.features`` holds the
+    per-row arrays the method's level hook measured).
+    """
+
+    name: str
+    selects: Callable[[str, Any], bool]
+    rewards: Callable[..., np.ndarray]
+
+
+TASK_REWARDS: dict[str, TaskReward] = {}
+
+
+def register_task_reward(name: str, selects: Callable[[str, Any], bool]):
+    """Register a method's task reward (decorator over its ``rewards`` function)."""
+
+    def wrap(fn):
+        known = TASK_REWARDS.get(name)
+        if known is not None and known.rewards is not fn:
+            raise ValueError(f"task reward {name!r} is already registered by {known.rewards.__module__}")
+        TASK_REWARDS[name] = TaskReward(name, selects, fn)
+        return fn
+
+    return wrap
+
+
+def task_rewards(level: str, rows: RowKeys, scores: StepScores, stage: Stage, mlmt, inputs: LevelInputs) -> np.ndarray:
+    """(N,) task reward of each row: a registered method's reward when the config selects one, else the per-turn
+    rewards (turn 1/3: :func:`turn1_task_rewards` / :func:`turn3_task_rewards`; turn 2: :func:`hl_scores`); plus
+    ``inputs.extra_reward``."""
+    selected = [reward for reward in TASK_REWARDS.values() if reward.selects(level, mlmt)]
+    if len(selected) > 1:
+        raise ValueError(f"several task rewards selected for {level}: {[reward.name for reward in selected]}")
+    r1 = scores.r1[rows.problem, rows.attempt]
+    # mlmt.feedback=none: no turn 3 (r3 is (B, n, 0)); every row is a turn-1 row
+    r3 = scores.r3[rows.problem, rows.attempt, rows.feedback] if scores.refinements else np.zeros(len(rows))
+    if selected:
+        task = np.asarray(selected[0].rewards(rows, scores, stage, mlmt, inputs), dtype=np.float64)
+    elif level == "ll":
+        task = np.where(rows.turn == 1, turn1_task_rewards(r1, stage), turn3_task_rewards(r1, r3, stage))
+    else:
+        reward = mlmt.reward
+        task = hl_scores(r1, r3, reward.hl_reward, stage, reward.contrastive_lambda, scores.r_ref_of(rows))
+    if inputs.extra_reward is not None:
+        task = task + inputs.extra_reward
+    return task
 
 
 def level_advantages(
-    level: str,
-    rows: dict[str, list],
-    scores: dict[str, np.ndarray],
-    kl: np.ndarray,
-    stage: Stage,
-    mlmt,
-    algorithm,
-    response_mask: torch.Tensor,
-    values: torch.Tensor | None = None,
-    hl_extra: np.ndarray | None = None,
-    feedback_values: np.ndarray | None = None,
+    *, level: str, rows: RowKeys, scores: StepScores, stage: Stage, mlmt, algorithm, inputs: LevelInputs
 ) -> LevelAdvantages:
     """Task rewards → the level's estimator over its groups (→ minus β·KL with ``kl_in=advantage``): the advantages
     the level is updated with, and each row's β.
 
     Args:
         level: "ll" (turn-1 and turn-3 rows) or "hl" (turn-2 rows).
-        rows: per-row ``problem``, ``attempt``, ``feedback`` and ``turn`` indices.
-        scores: ``r1`` (B, n), ``r3`` (B, n, m) and, for the contrastive HL reward, ``r_ref``.
-        kl: (N,) sequence KL of each row to the level's reference (zeros without a reference model).
+        rows: where each of the N rows comes from.
+        scores: the step's rewards.
         stage: the active stage's coefficients.
         mlmt: the ``mlmt`` config section (estimators, grouping, HL reward).
         algorithm: verl's ``algorithm`` section.
-        response_mask: (N, R).
-        values: (N, R) critic values for ``gae``; the utterance critic's signal for ``archer``.
-        hl_extra: (N,) extra HL score (the confidence term), added to S2.
-        feedback_values: (N,) V(x, z, g) of each feedback, for ``hl_reward=value_shaped`` (value_shaping.py).
+        inputs: the rows' KL, response mask (N, R), values and extra reward.
     """
-    problem, attempt = np.asarray(rows["problem"]), np.asarray(rows["attempt"])
-    feedback, turn = np.asarray(rows["feedback"]), np.asarray(rows["turn"])
-    r1 = scores["r1"][problem, attempt]
-    # mlmt.feedback=none: no turn 3 (r3 is (B, n, 0)); every row is a turn-1 row
-    r3 = scores["r3"][problem, attempt, feedback] if scores["r3"].shape[2] else np.zeros(len(problem))
-    r3_advantages = None
-    if level == "ll" and mlmt.ll.adv_estimator == "value_baseline":
-        shaping = mlmt.value_shaping
-        task = vs.solver_rewards(turn, r3, scores["r3"][problem, attempt], shaping.symmetric_reward)
-    elif level == "ll":
-        task = np.where(turn == 1, turn1_task_rewards(r1, stage), turn3_task_rewards(r1, r3, stage))
-    elif mlmt.reward.hl_reward == "value_shaped":
-        shaping = mlmt.value_shaping
-        task = vs.shaped_hl_scores(r3, feedback_values, shaping.value_coef, shaping.symmetric_reward)
-    else:
-        reward, r_ref = mlmt.reward, reference_scores(scores, problem, attempt, feedback)
-        task = hl_scores(r1, r3, reward.hl_reward, stage, reward.contrastive_lambda, r_ref)
-        if hl_extra is not None:
-            task = task + hl_extra
-    index = group_keys(problem.tolist(), attempt.tolist(), turn.tolist(), mlmt.ll.turn3_group_by)
+    turn, response_mask = rows.turn, inputs.response_mask
+    task = task_rewards(level, rows, scores, stage, mlmt, inputs)
+    index = group_keys(rows.problem.tolist(), rows.attempt.tolist(), turn.tolist(), mlmt.ll.turn3_group_by)
     estimator = mlmt[level].adv_estimator
 
     def estimate(rewards: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
         token_rewards = place_on_last_token(rewards, response_mask)
-        return per_turn_advantages(estimator, token_rewards, response_mask, index, algorithm, turn, values)
+        return per_turn_advantages(estimator, token_rewards, response_mask, index, algorithm, turn, inputs.values)
 
     advantages, returns = estimate(task)
     if level == "ll" and stage.stage_id == 1:  # stage I: turn 1 has no task reward, only its β2·KL term
         advantages = advantages * torch.as_tensor(turn != 1, dtype=advantages.dtype)[:, None]
+    r3_advantages = None
     if level == "hl":
-        r3_advantages = estimate(r3.astype(np.float64))[0]
+        r3_advantages = estimate(scores.r3[rows.problem, rows.attempt, rows.feedback].astype(np.float64))[0]
     betas = kl_coefficients(turn, stage)
     if mlmt.stages.kl_in == "advantage":
-        advantages, penalty = apply_kl_penalty(advantages, kl, betas, response_mask, turn)
+        advantages, penalty = apply_kl_penalty(advantages, inputs.kl, betas, response_mask, turn)
     else:
         penalty = np.zeros(len(betas))
     return LevelAdvantages(advantages, returns, task, penalty, betas, r3_advantages)

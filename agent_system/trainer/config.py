@@ -169,7 +169,7 @@ def validate_config(config: DictConfig) -> None:
     _check_ref_refresh(config)
     _reject_inert(config)
     _reject_cannot_act(config)
-    from agent_system.trainer.value_shaping import config_errors
+    from agent_system.methods.value_shaping.shaping import config_errors
 
     errors = config_errors(config)
     if errors:
@@ -204,7 +204,7 @@ def validate_config(config: DictConfig) -> None:
 
 
 def _check_archer(config: DictConfig) -> None:
-    """``mlmt.archer`` (ArCHer's utterance critic, ``trainer/utterance_critic.py``) and where it may be selected."""
+    """``mlmt.archer`` (ArCHer's utterance critic, ``methods/archer/critic.py``) and where it may be selected."""
     mlmt, archer = config.mlmt, config.mlmt.archer
     if mlmt.hl.adv_estimator == "archer":
         raise ConfigError(
@@ -330,7 +330,8 @@ def _reject_cannot_act(config: DictConfig) -> None:
 
 
 def _reject_inert(config: DictConfig) -> None:
-    """Reject knobs that provably cannot change any update (MLMT_SPEC §2-§3, issue 8).
+    """Reject knobs that provably cannot change any update (docs/METHOD.md, "Turns and rewards" and "Groups and
+    advantages"; issue 8).
 
     A reward term that is constant inside every group of a group-baseline estimator (grpo, rloo) cancels: GRPO's
     advantages are unchanged and RLOO's only rescaled. HL groups are the m feedbacks on one attempt, so R1 and the

@@ -17,8 +17,8 @@ from omegaconf import DictConfig
 from verl import DataProto
 
 from agent_system import verl_compat as vc
+from agent_system.methods.value_shaping.shaping import HL_LOG_PROB_WEIGHT, critic_loss, step_weights
 from agent_system.trainer.policy import flatten_metrics, mini_batch_size, pad_to_multiple, to_padding_free, unpad_rows
-from agent_system.trainer.value_shaping import HL_LOG_PROB_WEIGHT, critic_loss, step_weights
 
 
 class CriticGroup:

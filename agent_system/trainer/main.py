@@ -212,6 +212,7 @@ def build_trainer(config: DictConfig):
     """Start both policy groups and return an :class:`MLMTTrainer` (Ray must be initialised)."""
     from transformers import AutoTokenizer
 
+    from agent_system import methods
     from agent_system.multi_turn_rollout.episode import EpisodeRunner
     from agent_system.prompts.templates import PromptBuilder
     from agent_system.rewards import RewardPool
@@ -220,6 +221,7 @@ def build_trainer(config: DictConfig):
     from agent_system.trainer.config import has_hl
     from agent_system.trainer.mlmt_trainer import MLMTTrainer
     from agent_system.trainer.placement import build_workers, critic_levels
+    from agent_system.trainer.turn_kl import ActorWorker
 
     use_ref = reference_needed(config)
     judge = trainer_judge(config.mlmt.reward)  # before any worker: mlmt.reward.judge (recorded), its key from the env
@@ -233,13 +235,15 @@ def build_trainer(config: DictConfig):
         tokenizers["hl"] = AutoTokenizer.from_pretrained(config.hl.model.path)
     prompts = PromptBuilder.from_config(config)
     check_prompt_budget(config, prompts, tokenizers, {"data.train_files": train_frame, "data.val_files": val_frame})
-    groups, critics = build_workers(config, use_ref, critic_levels(config))  # none for a frozen level
+    extensions = methods.load(config)  # the methods the config selects (agent_system/methods)
+    actor_classes = {}
+    for level in tokenizers:
+        actor_classes[level] = ActorWorker
+        for extension in extensions:
+            actor_classes[level] = extension.actor_class(level, actor_classes[level])
+    groups, critics = build_workers(config, use_ref, critic_levels(config), actor_classes)  # none for a frozen level
     for group in groups.values():
         group.init()
-    if config.mlmt.ll.adv_estimator == "archer":  # saved and restored with the level critics
-        from agent_system.trainer.utterance_critic import ArcherCritic
-
-        critics["archer"] = ArcherCritic(config)
     for critic in critics.values():
         critic.init()
     snapshot = None
@@ -256,7 +260,7 @@ def build_trainer(config: DictConfig):
         groups["ll"], groups.get("hl"), tokenizers["ll"], hl_tokenizer, prompts, limits, feedback_tests
     )
     pool = RewardPool(config.mlmt.reward.num_workers, config.mlmt.reward.timeout_s, judge)
-    return MLMTTrainer(
+    trainer = MLMTTrainer(
         config,
         groups,
         critics,
@@ -266,7 +270,11 @@ def build_trainer(config: DictConfig):
         train_frame,
         val_frame,
         snapshot,
+        extensions,
     )
+    for extension in extensions:
+        extension.start(trainer)
+    return trainer
 
 
 def run_mlmt(config: DictConfig) -> dict:

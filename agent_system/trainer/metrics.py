@@ -7,10 +7,12 @@ from pathlib import Path
 
 import numpy as np
 
+from agent_system.trainer.rows import StepScores
+
 logger = logging.getLogger(__name__)
 
 
-def episode_metrics(episodes, scores: dict[str, np.ndarray], prefix: str) -> dict[str, float]:
+def episode_metrics(episodes, scores: StepScores, prefix: str) -> dict[str, float]:
     """acc@t1, acc@t3, Δ(t1,t3), Δi→c, Δc→i, lengths, truncation and prompt-shortening counts of a batch.
 
     ``shortened_prompts`` counts the turn-2/3 prompts whose quotes (attempt, feedback, execution result) were shortened
@@ -18,7 +20,7 @@ def episode_metrics(episodes, scores: dict[str, np.ndarray], prefix: str) -> dic
     turns (``mlmt.feedback=self``) the HL length is absent; without refinements (``mlmt.feedback=none``) so are the
     turn-3 metrics.
     """
-    r1, r3 = scores["r1"], scores["r3"]  # (B, n), (B, n, m)
+    r1, r3 = scores.r1, scores.r3  # (B, n), (B, n, m)
     attempts = [a for e in episodes for a in e.attempts]
     feedbacks = [r.feedback for a in attempts for r in a.refinements if r.feedback is not None]
     refinements = [r.refinement for a in attempts for r in a.refinements]
@@ -45,13 +47,14 @@ def episode_metrics(episodes, scores: dict[str, np.ndarray], prefix: str) -> dic
         )
     if feedbacks:
         metrics["hl_feedback_length"] = float(np.mean([len(t.response_ids) for t in feedbacks]))
-    if "r_ref" in scores:  # (B, n, m): the lagged LL snapshot on the same prompts; (B, n): no feedback
-        name = "acc@t3_snapshot" if scores["r_ref"].ndim == 3 else "acc@t3_no_feedback"
-        metrics[name] = float(scores["r_ref"].mean())
+    if scores.r_ref_feedback is not None:  # the lagged LL snapshot on the same prompts
+        metrics["acc@t3_snapshot"] = float(scores.r_ref_feedback.mean())
+    if scores.r_ref_attempt is not None:  # the LL's refinement without feedback
+        metrics["acc@t3_no_feedback"] = float(scores.r_ref_attempt.mean())
     return {f"{prefix}/{k}": v for k, v in metrics.items()}
 
 
-def trajectory_records(problems, episodes, scores) -> list[dict]:
+def trajectory_records(problems, episodes, scores: StepScores) -> list[dict]:
     """One JSON-able record per (attempt, feedback) pair: problem, attempt, feedback, refinement, R1, R3 (and R_ref
     with the contrastive HL reward), the three prompts as the models read them (``prompts``: solve, feedback, refine;
     quotes shortened to the budget show an elision marker), and for code tasks the ``execution_result`` of the attempt
@@ -66,7 +69,7 @@ def trajectory_records(problems, episodes, scores) -> list[dict]:
                         "problem": episode.task.problem,
                         "ground_truth": str(row["reward_model"]["ground_truth"]),
                         "attempt": attempt.attempt.text,
-                        "R1": float(scores["r1"][episode.problem_index, j]),
+                        "R1": float(scores.r1[episode.problem_index, j]),
                         "prompts": {"solve": attempt.attempt.prompt.text},
                     }
                 )
@@ -78,8 +81,8 @@ def trajectory_records(problems, episodes, scores) -> list[dict]:
                         "attempt": attempt.attempt.text,
                         "feedback": refinement.feedback.text if refinement.feedback is not None else None,
                         "refinement": refinement.refinement.text,
-                        "R1": float(scores["r1"][episode.problem_index, j]),
-                        "R3": float(scores["r3"][episode.problem_index, j, k]),
+                        "R1": float(scores.r1[episode.problem_index, j]),
+                        "R3": float(scores.r3[episode.problem_index, j, k]),
                         "prompts": {
                             "solve": attempt.attempt.prompt.text,
                             "feedback": refinement.feedback.prompt.text if refinement.feedback is not None else None,
@@ -89,10 +92,9 @@ def trajectory_records(problems, episodes, scores) -> list[dict]:
                 )
                 if episode.task.kind == "code":
                     records[-1]["execution_result"] = attempt.execution
-                if "r_ref" in scores:
-                    r_ref = scores["r_ref"]
-                    at = (episode.problem_index, j, k) if r_ref.ndim == 3 else (episode.problem_index, j)
-                    records[-1]["R_ref"] = float(r_ref[at])
+                r_ref = scores.r_ref_at(episode.problem_index, j, k)
+                if r_ref is not None:
+                    records[-1]["R_ref"] = r_ref
     return records
 
 

@@ -1,4 +1,4 @@
-"""MLMTTrainer: the two-policy training loop (DESIGN.md §5). Its ``fit()`` is the one loop of the project.
+"""MLMTTrainer: the two-policy training loop (docs/ARCHITECTURE.md). Its ``fit()`` is the one loop of the project.
 
 One step (``mlmt.feedback=model``, the default): sample B problems → LL attempts (n each) → HL feedbacks (m per
 attempt) → LL refinements → rewards R1/R3 → per-turn rewards and advantages per level (verl's estimators, nested
@@ -9,6 +9,10 @@ servers returned.
 The baselines run the same loop without an HL (no HL workers are started): ``mlmt.feedback=self`` replaces the
 feedback turn with the fixed self-correction instruction (SCoRe: attempt, then a second attempt that is trained
 as turn 3), ``mlmt.feedback=none`` stops after turn 1 (single-turn GRPO, reward R1).
+
+The loop names no method: a method's estimator and task reward come from the registries of ``advantages.py``, its
+per-step work from the :class:`~agent_system.trainer.hooks.Extension` s it was given (``agent_system/methods``,
+docs/EXTENDING.md).
 """
 
 from __future__ import annotations
@@ -32,13 +36,13 @@ from agent_system import verl_compat as vc
 from agent_system.multi_turn_rollout.batch import build_rows, padding_id
 from agent_system.multi_turn_rollout.episode import Episode, EpisodeRunner, EpisodeSettings
 from agent_system.prompts.templates import Task
-from agent_system.rewards.yaml_reward import grading_context
+from agent_system.rewards import grading_context
 from agent_system.trainer import advantages as adv
 from agent_system.trainer import plan as run_plan
 from agent_system.trainer import state as st
-from agent_system.trainer import value_shaping as vs
+from agent_system.trainer.hooks import Extension
 from agent_system.trainer.metrics import episode_metrics, plot_history, trajectory_records
-from agent_system.trainer.ref_refresh import ReferenceRefresh
+from agent_system.trainer.rows import LevelInputs, LevelRows, StepData, StepScores
 from agent_system.trainer.schedule import levels_to_update
 from agent_system.trainer.stop_request import STOP_REQUEST
 from agent_system.trainer.turn_kl import TURN_KL_COEF
@@ -47,7 +51,8 @@ logger = logging.getLogger(__name__)
 
 
 class MLMTTrainer:
-    """Owns the two :class:`PolicyGroup` s, the reward pool, the sampler and the tracker."""
+    """Owns the two :class:`PolicyGroup` s, their critics (``critics``: level → verl value model, for the levels whose
+    estimator reads one), the reward pool, the sampler, the tracker and the methods' extensions."""
 
     def __init__(
         self,
@@ -60,10 +65,11 @@ class MLMTTrainer:
         train_frame,
         val_frame,
         snapshot: Any = None,
+        extensions: list[Extension] = (),
     ) -> None:
         self.config, self.mlmt = config, config.mlmt
         self.snapshot = snapshot  # LaggedSnapshot: reference solver of the contrastive HL reward, or None
-        self.ref_refresh = ReferenceRefresh(config.mlmt.ll.ref_refresh_freq, tokenizers["ll"])  # LL reference ← actor
+        self.extensions = list(extensions)
         self.groups, self.critics, self.tokenizers = groups, critics, tokenizers
         self.runner, self.reward_pool = runner, reward_pool
         self.sampler = st.ProblemSampler(
@@ -125,9 +131,9 @@ class MLMTTrainer:
             metrics["train/stage_index"] = stage_index  # the plan check compares these two records
             metrics.update({f"{level}/updated": 1.0 for level in active})
             metrics.update(self.train_levels(active, problems, episodes, scores, stage, timing))
-            if self.ref_refresh.due(step):
-                with _timer(timing, "ref_refresh"):
-                    metrics.update(self.ref_refresh.refresh(self.groups["ll"]))
+            for extension in self.extensions:
+                with _timer(timing, extension.name):
+                    metrics.update(extension.after_step(self, step))
             if self.snapshot is not None and self.snapshot.due(step):
                 with _timer(timing, "snapshot_refresh"):
                     metrics.update(self.snapshot.refresh(self.groups["ll"], step, self._probe("ll")))
@@ -201,30 +207,31 @@ class MLMTTrainer:
             episodes, self.tokenizers["ll"], self.config.data.max_response_length, rollout.temperature, self.global_step
         )
 
-    def score(self, problems: list[dict], episodes: list[Episode], references: list | None = None) -> dict:
-        """R1 per attempt (B, n), R3 per refinement (B, n, m) and, for the contrastive HL reward, R_ref: per attempt
-        (B, n) from the no-feedback refinement, or per feedback (B, n, m) from ``references`` (the lagged snapshot's
-        refinements, ``[problem][attempt][k]``). Graded in worker processes."""
-        items, shape_n, shape_m = [], len(episodes[0].attempts), len(episodes[0].attempts[0].refinements)
+    def score(self, problems: list[dict], episodes: list[Episode], references: list | None = None) -> StepScores:
+        """R1 per attempt, R3 per refinement and, for the contrastive HL reward, R_ref: per attempt from the
+        no-feedback refinement, or per feedback from ``references`` (the lagged snapshot's refinements,
+        ``[problem][attempt][k]``). Graded in worker processes."""
+        b, n, m = len(episodes), len(episodes[0].attempts), len(episodes[0].attempts[0].refinements)
+        no_feedback = episodes[0].attempts[0].no_feedback_refinement is not None
+        items = []
         for i, (row, episode) in enumerate(zip(problems, episodes, strict=True)):
             for j, attempt in enumerate(episode.attempts):
+                # per attempt, in this order: the attempt, its m refinements, then R_ref's turns
                 turns = [attempt.attempt] + [r.refinement for r in attempt.refinements]
-                if attempt.no_feedback_refinement is not None:
+                if no_feedback:
                     turns.append(attempt.no_feedback_refinement)
                 if references is not None:
                     turns += references[i][j]
-                context = [grading_context(row, t.prompt_ids, self.tokenizers["ll"]) for t in turns]  # yaml_task
+                context = [grading_context(row, t.prompt_ids, self.tokenizers["ll"]) for t in turns]
                 items += [reward_item(row, t.text, c) for t, c in zip(turns, context, strict=True)]
         flat = np.array([r["score"] for r in self.reward_pool.score(items)], dtype=np.float64)
-        extra = 1 if episodes[0].attempts[0].no_feedback_refinement is not None else 0
-        extra += shape_m if references is not None else 0
-        grid = flat.reshape(len(episodes), shape_n, 1 + shape_m + extra)
-        scores = {"r1": grid[:, :, 0], "r3": grid[:, :, 1 : 1 + shape_m]}
+        grid = flat.reshape(b, n, -1)  # (B, n, 1 + m [+ 1 | + m])
+        r1, r3, rest = grid[:, :, 0], grid[:, :, 1 : 1 + m], grid[:, :, 1 + m :]
         if references is not None:
-            scores["r_ref"] = grid[:, :, 1 + shape_m :]  # (B, n, m)
-        elif extra:
-            scores["r_ref"] = grid[:, :, -1]  # (B, n)
-        return scores
+            return StepScores(r1=r1, r3=r3, r_ref_feedback=rest)
+        if no_feedback:
+            return StepScores(r1=r1, r3=r3, r_ref_attempt=rest[:, :, 0])
+        return StepScores(r1=r1, r3=r3)
 
     def train_levels(
         self, levels: list[str], problems, episodes, scores, stage, timing: dict, concurrent: bool = True
@@ -232,15 +239,15 @@ class MLMTTrainer:
         """Log-probs, advantages, update and weight sync of each level in ``levels``.
 
         With two levels, each level's blocking calls run in a driver thread of its own, so the two worker groups
-        (separate resource pools with ``placement=split``) work at the same time. Both batches are built before
-        either update, so every log-prob (including the LL's, scored for the HL's confidence term) is taken with
-        this step's pre-update weights, as in the sequential order. ``concurrent=False`` runs the levels one after
-        the other (for the benchmark's comparison).
+        (separate resource pools with ``placement=split``) work at the same time; both batches are built before
+        either update, so every log-prob is taken with this step's pre-update weights. ``concurrent=False`` runs the
+        levels one after the other (for the benchmark's comparison).
 
         Calls to one worker group are never submitted from two threads at once: with several ranks, two interleaved
         submissions could reach the ranks in different orders and deadlock their collectives. Hence the levels run
-        concurrently only with ``placement=split`` (colocated levels share processes), and the log-prob passes run
-        one after the other when the HL's confidence term also scores with the LL's workers.
+        concurrently only with ``placement=split`` (colocated levels share processes). When an extension's level
+        hook reads another level's workers or pre-update state (``Extension.builds_first``), every batch is built,
+        one after the other, before any update; ``Extension.before_updates`` then sees all of them.
         """
 
         def build(level: str) -> DataProto:
@@ -254,67 +261,58 @@ class MLMTTrainer:
                 self.groups[level].sync_weights(self.global_step)
             return metrics
 
-        if self.mlmt.reward.get("hl_reward") == "value_shaped":
-            # the HL's reward reads the LL's critic (one thread: they share no worker group otherwise) before its
-            # update; with value_grad=full the critic's loss reads the HL's log-probs
-            batches = {level: build(level) for level in levels}
-            if self.mlmt.value_shaping.value_grad == "full":
-                batches["ll"].batch[vs.HL_LOG_PROB_WEIGHT] = vs.critic_weights(batches["ll"], batches["hl"])
-            return {k: v for level in levels for k, v in update(level, batches[level]).items()}
-        if len(levels) < 2 or not concurrent or self.mlmt.placement != "split":
-            return {k: v for level in levels for k, v in update(level, build(level)).items()}
-        with ThreadPoolExecutor(max_workers=len(levels), thread_name_prefix="mlmt_level") as pool:
-            if self.mlmt.reward.confidence_lambda > 0:  # the HL's build also calls the LL's workers
-                batches = {level: build(level) for level in levels}
-            else:
+        side_by_side = len(levels) > 1 and concurrent and self.mlmt.placement == "split"
+        if any(extension.builds_first for extension in self.extensions):
+            batches = {level: build(level) for level in levels}  # a level's hook reads the other's pre-update state
+        elif side_by_side:
+            with ThreadPoolExecutor(max_workers=len(levels), thread_name_prefix="mlmt_level") as pool:
                 batches = dict(zip(levels, pool.map(build, levels), strict=True))
+        else:
+            return {k: v for level in levels for k, v in update(level, build(level)).items()}
+        for extension in self.extensions:
+            extension.before_updates(self, batches)
+        if not side_by_side:
+            return {k: v for level in levels for k, v in update(level, batches[level]).items()}
+        with ThreadPoolExecutor(max_workers=len(levels), thread_name_prefix="mlmt_level") as pool:
             results = list(pool.map(lambda level: update(level, batches[level]), levels))
         return {k: v for result in results for k, v in result.items()}
 
-    def build_level_batch(self, level: str, problems, episodes: list[Episode], scores, stage) -> DataProto:
+    def build_level_batch(
+        self, level: str, problems: list[dict], episodes: list[Episode], scores: StepScores, stage: adv.Stage
+    ) -> DataProto:
         """Rows of one level with per-turn rewards on the last token and advantages from the level's estimator."""
-        rows = _level_rows(level, episodes)
-        pad = padding_id(self.tokenizers[level])
+        rows = LevelRows.of(level, episodes)
+        step = StepData(problems=problems, episodes=episodes, scores=scores, stage=stage)
         batch = build_rows(
-            rows["prompts"],
-            rows["responses"],
-            pad,
-            rows["log_probs"],
-            {"turn": rows["turn"], "problem": rows["problem"]},
+            rows.prompts,
+            rows.responses,
+            padding_id(self.tokenizers[level]),
+            rows.log_probs,
+            {"turn": rows.keys.turn.tolist(), "problem": rows.keys.problem.tolist()},
         )
         group = self.groups[level]
         old_log_probs, entropy = group.compute_log_prob(batch)  # (N, R) each
         batch.batch["old_log_probs"] = old_log_probs
         mask = batch.batch["response_mask"].float()
-        kl = np.zeros(len(batch))
+        inputs = LevelInputs(kl=np.zeros(len(batch)), response_mask=batch.batch["response_mask"])
         if group.use_ref:
             ref = group.compute_ref_log_prob(batch)  # (N, R)
             batch.batch["ref_log_prob"] = ref  # read by verl's actor loss when actor.use_kl_loss=true
-            kl = ((old_log_probs - ref) * mask).sum(-1).numpy()
-        values = None
+            inputs.kl = ((old_log_probs - ref) * mask).sum(-1).numpy()
         if level in self.critics:
-            values = self.critics[level].compute_values(batch)  # (N, R)
-            batch.batch["values"] = values
-        archer_metrics = {}
-        if self.mlmt[level].adv_estimator == "archer":  # ArCHer: the utterance critic trains, then scores the rows
-            values, archer_metrics = self.critics["archer"].advantage_values(episodes, scores, rows, mask)
-        hl_extra, feedback_values = None, None
-        if level == "hl" and self.mlmt.reward.confidence_lambda > 0:
-            hl_extra = self.confidence_terms(problems, episodes, rows)
-        if level == "hl" and self.mlmt.reward.hl_reward == "value_shaped":
-            feedback_values = self.feedback_values(episodes)
+            inputs.values = self.critics[level].compute_values(batch)  # (N, R)
+            batch.batch["values"] = inputs.values
+        extra_metrics = {}
+        for extension in self.extensions:
+            extra_metrics.update(extension.level_inputs(self, level, step, rows, batch, inputs))
         result = adv.level_advantages(
-            level,
-            rows,
-            scores,
-            kl,
-            stage,
-            self.mlmt,
-            self.config.algorithm,
-            batch.batch["response_mask"],
-            values,
-            hl_extra,
-            feedback_values,
+            level=level,
+            rows=rows.keys,
+            scores=scores,
+            stage=stage,
+            mlmt=self.mlmt,
+            algorithm=self.config.algorithm,
+            inputs=inputs,
         )
         advantages, rewards = result.advantages, result.task_rewards
         batch.batch["advantages"] = advantages
@@ -330,16 +328,16 @@ class MLMTTrainer:
             f"{level}/reward_mean": float(rewards.mean()),
             f"{level}/advantage_mean": float((advantages * mask).sum() / mask.sum()),
             f"{level}/advantage_abs_mean": float((advantages.abs() * mask).sum() / mask.sum()),
-            f"{level}/kl_mean": float(kl.mean()),
+            f"{level}/kl_mean": float(inputs.kl.mean()),
             f"{level}/kl_penalty_mean": float(result.kl_penalty.mean()),  # in the advantages (kl_in=advantage)
             f"{level}/kl_coef_mean": float(result.kl_coef.mean()),
             f"{level}/entropy": float((entropy * mask).sum() / mask.sum()),
             f"{level}/response_length": float(lengths.mean()),
             f"{level}/rows": len(batch),
         }
-        batch.meta_info["metrics"].update(archer_metrics)
-        if (level == "ll" and self.mlmt.ll.adv_estimator == "value_baseline") or feedback_values is not None:
-            batch.meta_info["metrics"].update(vs.level_metrics(level, values, result.returns, feedback_values, mask))
+        batch.meta_info["metrics"].update(extra_metrics)
+        for extension in self.extensions:
+            batch.meta_info["metrics"].update(extension.level_metrics(level, inputs, result))
         if result.r3_advantages is not None:
             # how far the HL reward moves the advantages from those of S2 = R3 (0: the shaping cancels in its groups)
             task_advantages = advantages + torch.as_tensor(result.kl_penalty, dtype=advantages.dtype)[:, None] * mask
@@ -354,46 +352,6 @@ class MLMTTrainer:
         update = self.groups[level].update_actor(batch)
         metrics.update({f"{level}/{k.removeprefix('actor/')}": v for k, v in update.items()})
         return metrics
-
-    def feedback_values(self, episodes: list[Episode]) -> np.ndarray:
-        """V(x, z, g) of each HL row: the solver critic's value of the turn-3 prompt the feedback leads to (position 0
-        of the turn-3 row); the LL's turn-3 rows are in the HL rows' order (one per feedback)."""
-        rows = _level_rows("ll", episodes)
-        turn3 = [i for i, turn in enumerate(rows["turn"]) if turn == 3]
-        prompts = [rows["prompts"][i] for i in turn3]
-        batch = build_rows(prompts, [rows["responses"][i] for i in turn3], padding_id(self.tokenizers["ll"]))
-        return self.critics["ll"].compute_values(batch)[:, 0].numpy()
-
-    def confidence_terms(self, problems, episodes: list[Episode], rows: dict[str, list]) -> np.ndarray:
-        """Per HL row: λ·clip(mean log p_LL(y*|x,z,g) − mean log p_LL(y*|x,z)), y* = the dataset's reference.
-
-        The prompt with feedback is the turn-3 prompt the LL already saw; the one without feedback and the tokenized
-        reference are built once per attempt and per problem. Both sets are scored in one ``compute_log_prob``.
-        """
-        tokenizer, prompts = self.tokenizers["ll"], self.runner.prompts
-        limit, budget = self.config.data.max_response_length, self.config.data.max_prompt_length
-        references, no_feedback = {}, {}
-        with_feedback, without_feedback, targets = [], [], []
-        for i, j, k in zip(rows["problem"], rows["attempt"], rows["feedback"], strict=True):
-            episode, attempt = episodes[i], episodes[i].attempts[j]
-            if i not in references:
-                reference = (problems[i].get("extra_info") or {}).get("reference_solution") or ""
-                references[i] = tokenizer(reference, add_special_tokens=False)["input_ids"][:limit]
-                if not references[i]:  # checked at data load; never score a placeholder token instead
-                    raise ValueError(f"problem {problems[i]['prompt'][0]['content']!r}: empty reference_solution")
-            if (i, j) not in no_feedback:
-                no_feedback[i, j] = prompts.refine(episode.task, attempt.attempt.text, None, tokenizer, budget).ids
-            targets.append(references[i])
-            with_feedback.append(attempt.refinements[k].refinement.prompt_ids)
-            without_feedback.append(no_feedback[i, j])
-        batch = build_rows(with_feedback + without_feedback, targets + targets, padding_id(tokenizer))
-        log_probs, _ = self.groups["ll"].compute_log_prob(batch)  # (2N, R)
-        mask = batch.batch["response_mask"].float()
-        mean_logp = ((log_probs * mask).sum(-1) / mask.sum(-1)).numpy()  # (2N,)
-        reward, count = self.mlmt.reward, len(targets)
-        return adv.confidence_bonus(
-            mean_logp[:count], mean_logp[count:], reward.confidence_lambda, reward.confidence_clip
-        )
 
     def validate(self) -> dict[str, float]:
         """The same three-turn episode and prompts as training, greedy, over the validation set.
@@ -431,10 +389,10 @@ class MLMTTrainer:
         for level, group in self.groups.items():
             if not self.mlmt[level].freeze:
                 group.save_checkpoint(str(folder / level), self.global_step)
-        if self.ref_refresh.enabled:
-            self.ref_refresh.save(self.groups["ll"], folder)
         for level, critic in self.critics.items():
             critic.save_checkpoint(str(folder / f"{level}_critic"), self.global_step)
+        for extension in self.extensions:
+            extension.save(self, folder)
         snapshot = None if self.snapshot is None else self.snapshot.save(folder, self.global_step)
         st.write_trainer_state(
             self.ckpt_dir,
@@ -477,7 +435,9 @@ class MLMTTrainer:
                 critic.load_checkpoint(str(folder / f"{level}_critic"))
         if self.snapshot is not None:
             self.snapshot.restore(folder, step, saved, self.groups["ll"], self._probe("ll"))
-        reference_gap = self.ref_refresh.restore(self.groups["ll"], folder) if self.ref_refresh.enabled else {}
+        restored_metrics = {}
+        for extension in self.extensions:
+            restored_metrics.update(extension.restore(self, folder))
         self.global_step = saved["global_step"]
         self.sampler.load_state_dict(saved["sampler"])
         self.history = saved["history"]
@@ -487,7 +447,7 @@ class MLMTTrainer:
             f"resume/{lv}_logprob_max_abs_diff": float((restored[lv] - saved["probe_log_probs"][lv]).abs().max())
             for lv in restored
             if lv in saved["probe_log_probs"]  # ll_snapshot: absent from a checkpoint of a run without one
-        } | reference_gap
+        } | restored_metrics
         self.tracker.log(gaps, step=step)
         logger.info("resumed from %s at step %d (%s)", folder, step, gaps)
 
@@ -517,34 +477,6 @@ def reward_item(row: dict, text: str, context: str | None = None) -> dict:
     if context is not None:
         item["prompt_str"] = context
     return item
-
-
-def _level_rows(level: str, episodes: list[Episode]) -> dict[str, list]:
-    """Flatten episodes into one level's rows: LL = turn-1 + turn-3 rows, HL = turn-2 rows.
-
-    Turn numbers are the MLMT ones whatever ``mlmt.feedback``: a self-correction (SCoRe's second attempt) is a
-    turn-3 row, so it gets turn-3 rewards, groups and β_L."""
-    rows = defaultdict(list)
-
-    def add(turn, number, i, j, k):
-        rows["prompts"].append(turn.prompt_ids)
-        rows["responses"].append(turn.response_ids or [0])
-        rows["log_probs"].append(turn.log_probs or [0.0])
-        rows["turn"].append(number)
-        rows["problem"].append(i)
-        rows["attempt"].append(j)
-        rows["feedback"].append(k)
-
-    for episode in episodes:
-        for j, attempt in enumerate(episode.attempts):
-            if level == "ll":
-                add(attempt.attempt, 1, episode.problem_index, j, 0)
-            for k, refinement in enumerate(attempt.refinements):
-                if level == "ll":
-                    add(refinement.refinement, 3, episode.problem_index, j, k)
-                else:
-                    add(refinement.feedback, 2, episode.problem_index, j, k)
-    return rows
 
 
 class _timer:

@@ -44,9 +44,14 @@ def critic_levels(config: DictConfig) -> tuple[str, ...]:
 
 
 def build_workers(
-    config: DictConfig, use_ref: dict[str, bool], critic_levels: tuple[str, ...] = ()
+    config: DictConfig,
+    use_ref: dict[str, bool],
+    critic_levels: tuple[str, ...] = (),
+    actor_classes: dict[str, type] | None = None,
 ) -> tuple[dict[str, PolicyGroup], dict[str, CriticGroup]]:
-    """Create the policy groups and critics of both levels, or of the LL alone without an HL (not yet initialised)."""
+    """Create the policy groups and critics of both levels, or of the LL alone without an HL (not yet initialised).
+
+    ``actor_classes``: a level's worker class when a method extends the default (``Extension.actor_class``)."""
     from agent_system.trainer.gpu_checks import check_paths_on_every_node, check_pools_fit
 
     check_pools_fit(config)
@@ -54,7 +59,11 @@ def build_workers(
     assign_replica_ranks(config)
     levels = LEVELS if has_hl(config) else ("ll",)  # mlmt.feedback=self|none: the solver alone
     views = {level: level_view(config, level) for level in levels}
-    classes = {f"{level}_actor": PolicyGroup.worker_class(views[level], use_ref[level]) for level in levels}
+    actor_classes = actor_classes or {}
+    classes = {
+        f"{level}_actor": PolicyGroup.worker_class(views[level], use_ref[level], actor_classes.get(level))
+        for level in levels
+    }
     classes.update({f"{level}_critic": CriticGroup.worker_class(views[level]) for level in critic_levels})
     if config.mlmt.placement == "split":
         spawned = {}

@@ -43,12 +43,14 @@ class PolicyGroup:
 
     # ---------------------------------------------------------------- construction
     @staticmethod
-    def worker_class(view: DictConfig, use_ref: bool) -> Any:
-        """``RayClassWithInitArgs`` of verl's ActorRolloutRefWorker for this level."""
-        from agent_system.trainer.turn_kl import ActorWorker  # verl's worker + ref refresh + per-turn KL loss
+    def worker_class(view: DictConfig, use_ref: bool, actor_class: type | None = None) -> Any:
+        """``RayClassWithInitArgs`` of this level's worker: ``actor_class`` (a method's subclass, from
+        ``Extension.actor_class``) or the project's ``turn_kl.ActorWorker`` (verl's worker + per-turn KL loss)."""
+        from agent_system.trainer.turn_kl import ActorWorker
 
         role = "actor_rollout_ref" if use_ref else "actor_rollout"
-        return vc.RayClassWithInitArgs(cls=ray.remote(ActorWorker), config=view.actor_rollout_ref, role=role)
+        cls = actor_class or ActorWorker
+        return vc.RayClassWithInitArgs(cls=ray.remote(cls), config=view.actor_rollout_ref, role=role)
 
     @property
     def turn_kl_loss(self) -> bool:
@@ -199,7 +201,7 @@ def pad_to_multiple(batch: DataProto, divisor: int) -> tuple[DataProto, int]:
     """
     padded, pad = vc.pad_dataproto_to_divisor(batch, divisor)
     if pad:
-        # the last two: value_shaping.HL_LOG_PROB_WEIGHT, turn_kl.TURN_KL_COEF
+        # the last two: methods/value_shaping's HL_LOG_PROB_WEIGHT, turn_kl.TURN_KL_COEF
         for key in ("response_mask", "advantages", "hl_log_prob_weight", "turn_kl_coef"):
             if key in padded.batch.keys():
                 padded.batch[key][-pad:] = 0

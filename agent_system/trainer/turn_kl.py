@@ -11,8 +11,8 @@ actor's ``loss_agg_mode``. It is verl's ``use_kl_loss`` term with one coefficien
 the gradient is per token (each token's own log-ratio), so its variance does not grow with the response length the
 way the sequence-KL advantage of ``kl_in=advantage`` does, and β = 0 leaves verl's loss untouched.
 
-:class:`ActorWorker` is verl's ``ActorRolloutRefWorker`` (plus the reference refresh of ``ref_refresh.py``) with
-one registered call that wraps the worker's own loss function, so the PPO part stays exactly verl's.
+:class:`ActorWorker` is verl's ``ActorRolloutRefWorker`` with one registered call that wraps the worker's own loss
+function, so the PPO part stays exactly verl's.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ from functools import partial
 from typing import Any
 
 from agent_system import verl_compat as vc
-from agent_system.trainer.ref_refresh import RefreshableActorRolloutRefWorker
 
 TURN_KL_COEF = "turn_kl_coef"  # per row: β of the row's turn in the active stage
 LOSS_METRIC = "actor/turn_kl_loss"  # agg(β·kl): the term added to the loss
@@ -50,8 +49,9 @@ def turn_kl_loss(model_output, data, dp_group=None, *, base: Callable, kl_type: 
     return loss + term, metrics
 
 
-class ActorWorker(RefreshableActorRolloutRefWorker):
-    """The project's actor/rollout/ref worker: verl's, plus the reference refresh and the per-turn KL loss."""
+class ActorWorker(vc.ActorRolloutRefWorker):
+    """The project's actor/rollout/ref worker: verl's, plus the per-turn KL loss (a method may subclass it through
+    ``Extension.actor_class``)."""
 
     @vc.register(dispatch_mode=vc.Dispatch.ONE_TO_ALL)
     def use_turn_kl_loss(self, kl_type: str) -> None:

@@ -2,7 +2,7 @@
 # ArCHer (Zhou et al., 2024), as recurve and hrl-reasoning's ArCHer baseline run it: an utterance-level critic
 # (Q(s, a), V(s), a target copy refreshed by a hard copy every 10 critic updates, trained off-policy from a replay
 # buffer with TD targets) and the solver as a token-level actor trained by verl's PPO with the critic's Q − V of each
-# utterance on every one of its tokens (mlmt.ll.adv_estimator=archer; agent_system/trainer/utterance_critic.py).
+# utterance on every one of its tokens (mlmt.ll.adv_estimator=archer; agent_system/methods/archer/critic.py).
 # One model (no feedback writer); the critic's backbone starts from the solver's weights.
 #
 #   bash recipes/archer/run_archer.sh [key=value ...]                         # a GPU node: GPUS=4 devices, 3 for

@@ -63,6 +63,7 @@ def test_guidance_update_raises_the_feedbacks_that_led_to_a_correct_refinement(t
     from agent_system.trainer.config import compose_config
     from agent_system.trainer.mlmt_trainer import MLMTTrainer
     from agent_system.trainer.placement import build_workers
+    from agent_system.trainer.rows import StepScores
 
     config = compose_config(
         [
@@ -99,10 +100,10 @@ def test_guidance_update_raises_the_feedbacks_that_led_to_a_correct_refinement(t
     group.init()
     trainer = object.__new__(MLMTTrainer)
     trainer.config, trainer.mlmt = config, config.mlmt
-    trainer.groups, trainer.critics = {"hl": group}, {}
+    trainer.groups, trainer.critics, trainer.extensions = {"hl": group}, {}, []
     trainer.tokenizers = {"hl": AutoTokenizer.from_pretrained(tiny_models["hl"])}
     episodes = _episodes()
-    scores = {"r1": np.zeros((1, 2)), "r3": R3}
+    scores = StepScores(r1=np.zeros((1, 2)), r3=R3)
 
     for step in (1, 2):  # stage I and stage II: the guidance model's reward is R3 in both
         _, stage = adv.stage_at(config.mlmt.stages, step)

@@ -16,6 +16,7 @@ from agent_system.multi_turn_rollout.episode import EpisodeRunner, EpisodeSettin
 from agent_system.prompts.templates import PromptBuilder, Task, chat_ids
 from agent_system.rewards.code_sandbox import SandboxLimits
 from agent_system.trainer.metrics import episode_metrics, trajectory_records
+from agent_system.trainer.rows import StepScores
 
 TESTS = ["assert add(1, 2) == 3", "assert add(2, 2) == 4", "assert add(-1, 1) == 0"]
 CODE_ROW = {
@@ -101,7 +102,7 @@ def test_code_and_math_tasks_get_their_own_prompts_and_the_hl_sees_the_execution
     math_attempt = math_episode.attempts[0]
     assert math_attempt.execution == "" and "\\boxed{answer}" in math_attempt.attempt.prompt.text
     assert "math tutor" in math_attempt.refinements[0].feedback.prompt.text
-    scores = {"r1": np.zeros((2, 1)), "r3": np.ones((2, 1, 2))}
+    scores = StepScores(r1=np.zeros((2, 1)), r3=np.ones((2, 1, 2)))
     records = trajectory_records([CODE_ROW, MATH_ROW], [code_episode, math_episode], scores)
     assert records[0]["execution_result"] == expected and "execution_result" not in records[2]
     assert records[0]["prompts"]["feedback"] == attempt.refinements[0].feedback.prompt.text
@@ -117,7 +118,7 @@ def test_long_turns_never_overflow_the_budget_and_are_counted(tokenizers):
     assert all(len(t.prompt_ids) <= budget for t in turns)
     assert all(t.shortened for t in turns)  # every turn-2/3 prompt quotes a long attempt
     assert "def add(a, b):\n    return 0" in turns[0].prompt.text  # the tail of the attempt is kept
-    scores = {"r1": np.zeros((2, 2)), "r3": np.zeros((2, 2, 2))}
+    scores = StepScores(r1=np.zeros((2, 2)), r3=np.zeros((2, 2, 2)))
     metrics = episode_metrics(episodes, scores, prefix="train")
     assert metrics["train/shortened_prompts"] == 16  # 2 problems x 2 attempts x 2 feedbacks x (turn 2 + turn 3)
     assert metrics["train/omitted_quote_tokens"] == sum(t.prompt.omitted_tokens for t in turns) > 0

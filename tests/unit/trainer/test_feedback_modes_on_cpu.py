@@ -19,6 +19,7 @@ from agent_system.trainer import advantages as adv
 from agent_system.trainer.advantages import Stage
 from agent_system.trainer.config import ConfigError, compose_config, has_hl, validate_config
 from agent_system.trainer.metrics import episode_metrics, trajectory_records
+from agent_system.trainer.rows import LevelInputs, RowKeys, StepScores
 
 
 @pytest.fixture(scope="module")
@@ -104,13 +105,13 @@ def test_episode_shapes_per_mode(runner):
     assert "Check your attempt" in prompt and "Feedback from a tutor" not in prompt
     assert all(not a.refinements for e in single for a in e.attempts)
 
-    scores = {"r1": np.array([[1.0, 0.0], [0.0, 0.0]]), "r3": np.zeros((2, 2, 0))}
+    scores = StepScores(r1=np.array([[1.0, 0.0], [0.0, 0.0]]), r3=np.zeros((2, 2, 0)))
     metrics = episode_metrics(single, scores, prefix="train")
     assert metrics["train/acc@t1"] == 0.25 and "train/acc@t3" not in metrics
     assert "train/hl_feedback_length" not in metrics
     records = trajectory_records([{"reward_model": {"ground_truth": "3"}}] * 2, single, scores)
     assert len(records) == 4 and records[0]["R1"] == 1.0 and "feedback" not in records[0]
-    score_scores = {"r1": np.zeros((2, 2)), "r3": np.ones((2, 2, 2))}
+    score_scores = StepScores(r1=np.zeros((2, 2)), r3=np.ones((2, 2, 2)))
     metrics = episode_metrics(score, score_scores, prefix="train")
     assert metrics["train/acc@t3"] == 1.0 and metrics["train/delta_i2c"] == 1.0
     assert "train/hl_feedback_length" not in metrics
@@ -118,11 +119,19 @@ def test_episode_shapes_per_mode(runner):
 
 def test_single_turn_rows_get_grpo_advantages_of_r1():
     rows = {"problem": [0, 0, 0, 0], "attempt": [0, 1, 2, 3], "feedback": [0, 0, 0, 0], "turn": [1, 1, 1, 1]}
-    scores = {"r1": np.array([[1.0, 0.0, 0.0, 1.0]]), "r3": np.zeros((1, 4, 0))}
+    scores = StepScores(r1=np.array([[1.0, 0.0, 0.0, 1.0]]), r3=np.zeros((1, 4, 0)))
     mlmt = OmegaConf.create({"ll": {"adv_estimator": "grpo", "turn3_group_by": "problem"}, "stages": {"kl_in": "loss"}})
     algorithm = OmegaConf.create({"gamma": 1.0, "lam": 1.0, "norm_adv_by_std_in_grpo": True})
     stage = Stage(stage_id=2, beta1=0.0, beta2=0.0, beta_l=0.0, beta_h=0.0, alpha=0.0)
-    result = adv.level_advantages("ll", rows, scores, np.zeros(4), stage, mlmt, algorithm, torch.ones(4, 3))
+    result = adv.level_advantages(
+        level="ll",
+        rows=RowKeys(**rows),
+        scores=scores,
+        stage=stage,
+        mlmt=mlmt,
+        algorithm=algorithm,
+        inputs=LevelInputs(kl=np.zeros(4), response_mask=torch.ones(4, 3)),
+    )
     per_row = result.advantages[:, 0].numpy()
     assert np.allclose(per_row, [0.866, -0.866, -0.866, 0.866], atol=1e-3)  # ±1/√(4/3): unbiased std of [1,0,0,1]
     assert list(result.task_rewards) == [1.0, 0.0, 0.0, 1.0]

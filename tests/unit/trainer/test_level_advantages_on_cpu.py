@@ -15,6 +15,7 @@ from verl.trainer.config import AlgoConfig
 
 from agent_system.trainer import advantages as adv
 from agent_system.trainer.advantages import Stage
+from agent_system.trainer.rows import LevelInputs, RowKeys, StepScores
 
 # one problem, n = 2 attempts, m = 2 feedbacks each
 N, M = 2, 2
@@ -58,15 +59,22 @@ def _per_row(advantages, mask):
     return np.array(rows)
 
 
+def _advantages(level, rows, scores, kl, stage, mlmt, mask, values=None):
+    inputs = LevelInputs(kl=kl, response_mask=mask, values=values)
+    return adv.level_advantages(
+        level=level, rows=RowKeys(**rows), scores=scores, stage=stage, mlmt=mlmt, algorithm=AlgoConfig(), inputs=inputs
+    )
+
+
 def _run(level, scores, kl, stage, mlmt, rows=None, values=None):
     rows = rows or (LL_ROWS if level == "ll" else HL_ROWS)
     mask = _mask(rows)
     kl = np.asarray(kl, dtype=float)
-    result = adv.level_advantages(level, rows, scores, kl, stage, mlmt, AlgoConfig(), mask, values)
+    result = _advantages(level, rows, scores, kl, stage, mlmt, mask, values)
     return _per_row(result.advantages, mask), result, mask
 
 
-SCORES = {"r1": np.array([[0.0, 1.0]]), "r3": np.array([[[1.0, 0.0], [1.0, 1.0]]])}
+SCORES = StepScores(r1=np.array([[0.0, 1.0]]), r3=np.array([[[1.0, 0.0], [1.0, 1.0]]]))
 LL_KL = [0.3, 0.9, 0.1, 0.4, 2.0, 0.0]
 HL_KL = [0.5, 0.2, 1.5, 0.1]
 
@@ -120,7 +128,7 @@ def test_beta_zero_gives_each_estimators_own_advantages_turn_by_turn(estimator, 
     mask = _mask(LL_ROWS)
     values = _values(mask)
     stage = _stage(stage_id, alpha=0.5)
-    result = adv.level_advantages("ll", LL_ROWS, SCORES, np.asarray(LL_KL), stage, mlmt, AlgoConfig(), mask, values)
+    result = _advantages("ll", LL_ROWS, SCORES, np.asarray(LL_KL), stage, mlmt, mask, values)
     np.testing.assert_allclose(result.task_rewards, TASK_REWARDS[stage_id])
     expected = _expected_token_advantages(estimator, TASK_REWARDS[stage_id], mask, values, stage_id)
     got = result.advantages.numpy()
@@ -132,12 +140,12 @@ def test_beta_zero_gives_each_estimators_own_advantages_turn_by_turn(estimator, 
 @pytest.mark.parametrize("kl_in", ["loss", "advantage"])
 def test_stage_one_turn1_rows_get_only_their_kl_term(estimator, kl_in):
     # issue 16, item 3: task rewards [0, 0, 1, 1, 1, 0]; reinforce_plus_plus gave every turn-1 row −0.983
-    scores = {"r1": np.array([[1.0, 0.0]]), "r3": np.array([[[1.0, 1.0], [1.0, 0.0]]])}
+    scores = StepScores(r1=np.array([[1.0, 0.0]]), r3=np.array([[[1.0, 1.0], [1.0, 0.0]]]))
     mask = _mask(LL_ROWS)
     values = _values(mask)
     stage = _stage(1, beta2=0.1, beta_l=0.05)
     mlmt = _mlmt(ll=estimator, kl_in=kl_in)
-    result = adv.level_advantages("ll", LL_ROWS, scores, np.asarray(LL_KL), stage, mlmt, AlgoConfig(), mask, values)
+    result = _advantages("ll", LL_ROWS, scores, np.asarray(LL_KL), stage, mlmt, mask, values)
     np.testing.assert_allclose(result.task_rewards, [0, 0, 1, 1, 1, 0])
     # kl_in=loss: the KL is in the actor's loss (β2 on turn 1), the advantage is 0; kl_in=advantage: −β2·(KL − KL of
     # the other turn-1 row) = −0.1·(0.3 − 0.9), −0.1·(0.9 − 0.3), on every response token
@@ -153,9 +161,9 @@ def test_stage_two_turn1_advantages_do_not_depend_on_the_turn3_rewards(estimator
     values = _values(mask)
     turn1 = []
     for alpha, r3 in ((0.0, [[1.0, 0.0], [1.0, 1.0]]), (10.0, [[1.0, 1.0], [0.0, 0.0]])):
-        scores = {"r1": np.array([[0.0, 1.0]]), "r3": np.array([r3])}
+        scores = StepScores(r1=np.array([[0.0, 1.0]]), r3=np.array([r3]))
         stage, mlmt = _stage(2, alpha=alpha), _mlmt(ll=estimator)
-        result = adv.level_advantages("ll", LL_ROWS, scores, np.zeros(6), stage, mlmt, AlgoConfig(), mask, values)
+        result = _advantages("ll", LL_ROWS, scores, np.zeros(6), stage, mlmt, mask, values)
         turn1.append(result.advantages[:2])
     torch.testing.assert_close(turn1[0] * mask[:2], turn1[1] * mask[:2])
     assert (turn1[0] * mask[:2]).abs().max() > 0.1  # R1 = [0, 1]: turn 1 has a signal of its own
@@ -185,7 +193,7 @@ def test_kl_part_scales_linearly_with_beta(level, stage_id):
 
 def test_small_beta_in_an_equal_reward_group_stays_small():
     # issue 8: β1 = 1e-3 with a 0.01 KL difference in a group of equal task reward gave ±0.62 (divided by the std)
-    scores = {"r1": np.array([[1.0, 1.0]]), "r3": np.array([[[1.0, 1.0], [1.0, 1.0]]])}
+    scores = StepScores(r1=np.array([[1.0, 1.0]]), r3=np.array([[[1.0, 1.0], [1.0, 1.0]]]))
     kl = [0.50, 0.51, 0.0, 0.0, 0.0, 0.0]
     got, _, _ = _run("ll", scores, kl, _stage(2, beta1=1e-3), _mlmt())
     np.testing.assert_allclose(got[:2], [1.0e-5, -1.0e-5], rtol=1e-3)  # −β1·(KL − the other row's KL)
@@ -222,7 +230,7 @@ def test_a_single_row_of_a_turn_keeps_its_raw_kl():
 
 # ---------------------------------------------------------------- HL rewards inside the HL's group
 
-R3_PAIR = {"r1": np.array([[0.0, 1.0]]), "r3": np.array([[[1.0, 0.0], [1.0, 0.0]]])}
+R3_PAIR = StepScores(r1=np.array([[0.0, 1.0]]), r3=np.array([[[1.0, 0.0], [1.0, 0.0]]]))
 
 
 def test_progress_and_no_feedback_contrastive_cancel_inside_the_hl_group():
@@ -233,7 +241,9 @@ def test_progress_and_no_feedback_contrastive_cancel_inside_the_hl_group():
     r3_adv, _, _ = _run("hl", R3_PAIR, [0] * 4, _stage(2, alpha=1.0), _mlmt(hl_reward="r3"))
     np.testing.assert_allclose(np.abs(r3_adv), 1 / np.sqrt(2), rtol=1e-4)
     progress, _, _ = _run("hl", R3_PAIR, [0] * 4, _stage(2, alpha=1.0), _mlmt(hl_reward="progress"))
-    scores = {**R3_PAIR, "r_ref": np.array([[1.0, 0.0]])}  # per attempt: the no-feedback refinement
+    scores = StepScores(
+        r1=R3_PAIR.r1, r3=R3_PAIR.r3, r_ref_attempt=np.array([[1.0, 0.0]])
+    )  # the no-feedback refinement
     contrastive, _, _ = _run("hl", scores, [0] * 4, _stage(2), _mlmt(hl_reward="contrastive"))
     np.testing.assert_allclose(progress, r3_adv, atol=1e-5)
     np.testing.assert_allclose(contrastive, r3_adv, atol=1e-5)
@@ -242,11 +252,11 @@ def test_progress_and_no_feedback_contrastive_cancel_inside_the_hl_group():
 def test_contrastive_with_a_per_feedback_reference_differs_from_r3():
     # lagged snapshot: R_ref per (x, z, g). Attempt 0: both feedbacks help the current LL (R3 = 1, 1) but only the
     # first also helps the stale solver; attempt 1: R3 = [1, 0] with R_ref = [0, 1]
-    scores = {
-        "r1": np.array([[0.0, 0.0]]),
-        "r3": np.array([[[1.0, 1.0], [1.0, 0.0]]]),
-        "r_ref": np.array([[[1.0, 0.0], [0.0, 1.0]]]),
-    }
+    scores = StepScores(
+        r1=np.array([[0.0, 0.0]]),
+        r3=np.array([[[1.0, 1.0], [1.0, 0.0]]]),
+        r_ref_feedback=np.array([[[1.0, 0.0], [0.0, 1.0]]]),
+    )
     got, result, mask = _run("hl", scores, [0] * 4, _stage(2), _mlmt(hl_reward="contrastive", lam=1.0))
     r3_adv = _per_row(result.r3_advantages, mask)
     np.testing.assert_allclose(r3_adv[:2], [0.0, 0.0], atol=1e-5)  # equal R3: no signal from r3
@@ -259,7 +269,7 @@ def test_ll_alpha_cancels_with_turn3_grouped_by_attempt():
 
     config.validate_config rejects α > 0 with that grouping and a group estimator.
     """
-    scores = {"r1": np.array([[0.0, 1.0]]), "r3": np.array([[[1.0, 0.0], [1.0, 0.0]]])}
+    scores = StepScores(r1=np.array([[0.0, 1.0]]), r3=np.array([[[1.0, 0.0], [1.0, 0.0]]]))
     plain, _, _ = _run("ll", scores, [0] * 6, _stage(2, alpha=0.0), _mlmt(group_by="attempt"))
     shaped, _, _ = _run("ll", scores, [0] * 6, _stage(2, alpha=2.0), _mlmt(group_by="attempt"))
     np.testing.assert_allclose(shaped, plain, atol=1e-5)

@@ -1,5 +1,5 @@
-"""agent_system/trainer/ref_refresh.py without Ray: the shard copy and save/load on real torch modules, the refresh
-timing and the config validation of ``mlmt.ll.ref_refresh_freq``. The worker calls themselves run in
+"""agent_system/methods/reinforce_kl/ref_refresh.py without Ray: the shard copy and save/load on real torch modules, the
+refresh timing and the config validation of ``mlmt.ll.ref_refresh_freq``. The worker calls themselves run in
 tests/e2e/test_reinforce_kl_on_cpu.py (real verl workers)."""
 
 from __future__ import annotations
@@ -7,8 +7,13 @@ from __future__ import annotations
 import pytest
 import torch
 
+from agent_system.methods.reinforce_kl.ref_refresh import (
+    ReferenceRefresh,
+    copy_parameters,
+    load_shard_state,
+    shard_state,
+)
 from agent_system.trainer.config import ConfigError, compose_config, validate_config
-from agent_system.trainer.ref_refresh import ReferenceRefresh, copy_parameters, load_shard_state, shard_state
 
 
 def _model(seed: int) -> torch.nn.Module:

@@ -15,6 +15,7 @@ import torch
 
 from agent_system.trainer import advantages as adv
 from agent_system.trainer.config import compose_config
+from agent_system.trainer.rows import LevelInputs, RowKeys, StepScores
 
 # the recipe's keys (recipes/rl_guided_score/run_rl_guided_score.sh: RR, the SCoRe stages, the guidance reward)
 RECIPE = [
@@ -57,7 +58,13 @@ def test_feedback_that_led_to_a_correct_refinement_gets_the_higher_advantage(est
     mask = torch.ones(4, 5, dtype=torch.long)
     mask[1::2, 3:] = 0  # feedbacks of different lengths
     result = adv.level_advantages(
-        "hl", HL_ROWS, {"r1": R1, "r3": R3}, np.zeros(4), stage, config.mlmt, config.algorithm, mask
+        level="hl",
+        rows=RowKeys(**HL_ROWS),
+        scores=StepScores(r1=R1, r3=R3),
+        stage=stage,
+        mlmt=config.mlmt,
+        algorithm=config.algorithm,
+        inputs=LevelInputs(kl=np.zeros(4), response_mask=mask),
     )
     expected = torch.as_tensor(_expected(estimator), dtype=torch.float32)[:, None] * mask
     torch.testing.assert_close(result.advantages.float() * mask, expected)

@@ -13,6 +13,7 @@ import time
 import pytest
 from omegaconf import OmegaConf
 
+from agent_system.methods.confidence import ConfidenceTerm
 from agent_system.trainer.mlmt_trainer import MLMTTrainer
 
 CALL_S = 0.3
@@ -38,6 +39,7 @@ def _trainer(placement="split", confidence_lambda=0.0):
     trainer.global_step = 1
     trainer.mlmt = OmegaConf.create({"placement": placement, "reward": {"confidence_lambda": confidence_lambda}})
     trainer.groups = {level: _RecordingLevel(level, log, lock) for level in ("ll", "hl")}
+    trainer.extensions = [ConfidenceTerm()] if confidence_lambda > 0 else []
 
     def build_level_batch(level, *args):
         trainer.groups[level].call("log_prob")

@@ -1,4 +1,4 @@
-"""ArCHer's utterance critic (agent_system/trainer/utterance_critic.py) without Ray, on a tiny real decoder.
+"""ArCHer's utterance critic (agent_system/methods/archer/critic.py) without Ray, on a tiny real decoder.
 
 * the TD losses fall on a fixed set of transitions with known rewards, and Q learns those rewards;
 * V's target is Q_target at the current policy's action (``v_target_action=policy``, ArCHer's), not at the buffer's;
@@ -16,15 +16,15 @@ import numpy as np
 import pytest
 import torch
 
-from agent_system.trainer.advantages import compute_advantages
-from agent_system.trainer.config import ConfigError, compose_config, validate_config
-from agent_system.trainer.utterance_critic import (
+from agent_system.methods.archer.critic import (
     ReplayBuffer,
     Transition,
     UtteranceCritic,
     actor_signal,
     episode_transitions,
 )
+from agent_system.trainer.advantages import compute_advantages
+from agent_system.trainer.config import ConfigError, compose_config, validate_config
 
 
 @pytest.fixture(scope="module")

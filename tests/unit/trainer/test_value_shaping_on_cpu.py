@@ -1,5 +1,5 @@
-"""Bi-level value shaping (agent_system/trainer/value_shaping.py): stop- and full-grad differ where they should and
-only there.
+"""Bi-level value shaping (agent_system/methods/value_shaping/shaping.py): stop- and full-grad differ where they should
+and only there.
 
 * The critic's loss (verl's value loss + the full-grad term) on a real padding-free ``TensorDict`` built the way the
   trainer builds it: same MSE part for both variants; full's gradient w.r.t. V's output = the MSE's gradient plus
@@ -20,13 +20,14 @@ from omegaconf import OmegaConf
 from verl.trainer.config import AlgoConfig
 
 from agent_system import verl_compat as vc
+from agent_system.methods.value_shaping import shaping as vs
 from agent_system.multi_turn_rollout.batch import build_rows
 from agent_system.trainer import advantages as adv
 from agent_system.trainer import critic as critic_module
-from agent_system.trainer import value_shaping as vs
 from agent_system.trainer.advantages import Stage
 from agent_system.trainer.config import ConfigError, compose_config, validate_config
 from agent_system.trainer.policy import to_padding_free
+from agent_system.trainer.rows import LevelInputs, RowKeys, StepScores
 
 # one problem, n = 2 attempts, m = 2 feedbacks each: LL rows (turn 1, turn 3) and HL rows (turn 2)
 LL_ROWS = {
@@ -36,7 +37,7 @@ LL_ROWS = {
     "turn": [1, 3, 3, 1, 3, 3],
 }
 HL_ROWS = {"problem": [0, 0, 0, 0], "attempt": [0, 0, 1, 1], "feedback": [0, 1, 0, 1], "turn": [2, 2, 2, 2]}
-SCORES = {"r1": np.array([[0.0, 1.0]]), "r3": np.array([[[1.0, 0.0], [1.0, 1.0]]])}
+SCORES = StepScores(r1=np.array([[0.0, 1.0]]), r3=np.array([[[1.0, 0.0], [1.0, 1.0]]]))
 STAGE = Stage(stage_id=2, beta1=0.0, beta2=0.0, beta_l=0.0, beta_h=0.0, alpha=0.0)
 HL_LOG_PROBS = np.array([-3.0, -5.0, -2.0, -7.0])  # log π_H(g) of each feedback (sum over its tokens)
 COEF = 0.7
@@ -205,6 +206,15 @@ def _mlmt(value_grad="stop", symmetric=False, hl="reinforce"):
     )
 
 
+def _level(level, mlmt, mask, **inputs):
+    """level_advantages' arguments for the LL or HL rows above."""
+    rows = RowKeys(**(LL_ROWS if level == "ll" else HL_ROWS))
+    return {
+        "level": level, "rows": rows, "scores": SCORES, "stage": STAGE, "mlmt": mlmt, "algorithm": AlgoConfig(),
+        "inputs": LevelInputs(kl=np.zeros(len(rows)), response_mask=mask, **inputs),
+    }  # fmt: skip
+
+
 def _mask(count):
     mask = torch.ones(count, 4, dtype=torch.long)
     mask[::2, 2:] = 0
@@ -214,16 +224,14 @@ def _mask(count):
 def test_solver_advantages_are_r_minus_v_of_the_prompt():
     mask = _mask(6)
     values = torch.arange(24, dtype=torch.float32).reshape(6, 4) / 30  # V(prompt) = column 0
-    result = adv.level_advantages("ll", LL_ROWS, SCORES, np.zeros(6), STAGE, _mlmt(), AlgoConfig(), mask, values=values)
+    result = adv.level_advantages(**_level("ll", _mlmt(), mask, values=values))
     # turn 1: mean R3 of the attempt's refinements (0.5, 1.0); turn 3: the refinement's R3
     rewards = np.array([0.5, 1.0, 0.0, 1.0, 1.0, 1.0])
     np.testing.assert_allclose(result.task_rewards, rewards)
     expected = (torch.as_tensor(rewards, dtype=torch.float32) - values[:, 0])[:, None] * mask
     torch.testing.assert_close(result.advantages, expected)
     torch.testing.assert_close(result.returns, torch.as_tensor(rewards, dtype=torch.float32)[:, None] * mask)
-    symmetric = adv.level_advantages(
-        "ll", LL_ROWS, SCORES, np.zeros(6), STAGE, _mlmt(symmetric=True), AlgoConfig(), mask, values=values
-    )
+    symmetric = adv.level_advantages(**_level("ll", _mlmt(symmetric=True), mask, values=values))
     np.testing.assert_allclose(symmetric.task_rewards, 2 * rewards - 1)
 
 
@@ -231,9 +239,7 @@ def test_solver_advantages_are_r_minus_v_of_the_prompt():
 def test_hl_advantages_are_the_same_function_of_r_and_v_for_both_variants(hl):
     mask, v = _mask(4), np.array([0.3, -0.1, 0.8, 0.2])
     results = {
-        grad: adv.level_advantages(
-            "hl", HL_ROWS, SCORES, np.zeros(4), STAGE, _mlmt(grad, hl=hl), AlgoConfig(), mask, feedback_values=v
-        )
+        grad: adv.level_advantages(**_level("hl", _mlmt(grad, hl=hl), mask, features={"feedback_values": v}))
         for grad in vs.VALUE_GRADS
     }
     torch.testing.assert_close(results["stop"].advantages, results["full"].advantages)

@@ -292,11 +292,8 @@ def actor_signal(q: np.ndarray, v: np.ndarray, kind: str, normalize: bool) -> np
 
 
 class ArcherCritic:
-    """The utterance critic in one Ray actor, as the trainer sees it (kept in ``MLMTTrainer.critics["archer"]``).
-
-    ``init``, ``save_checkpoint`` and ``load_checkpoint`` follow the level critics' interface, so the trainer's
-    checkpoint and resume loops save it to ``global_step_N/archer_critic/`` and restore it.
-    """
+    """The utterance critic in one Ray actor, as the ArCHer extension (``methods/archer``) drives it: started with the
+    run, trained and read on every solver batch, saved to ``global_step_N/archer_critic/`` with every checkpoint."""
 
     def __init__(self, config) -> None:
         self.settings = config.mlmt.archer
@@ -314,18 +311,18 @@ class ArcherCritic:
         ray.get(self.actor.add.remote([]))  # wait until the model is loaded: start-up errors surface here
 
     def advantage_values(
-        self, episodes: list, scores: dict, rows: dict, response_mask: torch.Tensor
+        self, episodes: list, scores: Any, rows: Any, response_mask: torch.Tensor
     ) -> tuple[torch.Tensor, dict[str, float]]:
         """Add this step's transitions, train the critic, and score the LL rows: (N, R) signal on every response
         token, and the ``archer/*`` metrics."""
         import ray
 
-        transitions = episode_transitions(episodes, scores["r1"], scores["r3"])
+        transitions = episode_transitions(episodes, scores.r1, scores.r3)
         ray.get(self.actor.add.remote(transitions))
         # the step's transitions: the current solver's actions at its states, for V's target (v_target_action=policy)
         metrics = ray.get(self.actor.train.remote(int(self.settings.updates_per_step), transitions))
-        states = [tuple(p) for p in rows["prompts"]]
-        actions = [tuple(r) for r in rows["responses"]]
+        states = [tuple(p) for p in rows.prompts]
+        actions = [tuple(r) for r in rows.responses]
         q, v = ray.get(self.actor.values.remote(states, actions))
         signal = actor_signal(q, v, self.settings.actor_signal, bool(self.settings.normalize_signal))
         mask = response_mask.float()

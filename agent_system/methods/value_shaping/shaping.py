@@ -1,4 +1,4 @@
-"""Bi-level value shaping (recipes/value_shaping): hrl-reasoning's MLMT variant (MLMT_SPEC §2.5), on verl's pieces.
+"""Bi-level value shaping (recipes/value_shaping): hrl-reasoning's MLMT variant (docs/METHOD.md, "Baselines").
 
 One learned value V, the solver's (LL) value model (verl's critic, config section ``critic``; verl's value model
 returns per-response-token values whose position 0 is the value at the last prompt token, i.e. V(prompt)):

@@ -8,8 +8,8 @@ How, in verl 0.9.1: the LL's workers are verl's ``ActorRolloutRefWorker`` with r
 worker process holds both ``self.actor`` and ``self.ref`` (``TrainingWorker`` s, each with its FSDP2 engine whose
 ``engine.module`` is sharded over the same ranks), but verl exposes no call that writes the reference's weights
 (``load_checkpoint`` / ``save_checkpoint`` act on the actor only, and its LoRA "ref in actor" mode only disables
-adapters). :class:`RefreshableActorRolloutRefWorker` (the base of the workers' class, ``turn_kl.ActorWorker``; the
-calls are made only when ``ref_refresh_freq > 0``) adds three registered calls (``ONE_TO_ALL``: every rank works
+adapters). :class:`RefreshableActorWorker` (the LL's worker class when ``ref_refresh_freq > 0``: the project's
+``turn_kl.ActorWorker`` plus these calls) adds three registered calls (``ONE_TO_ALL``: every rank works
 on its own shard, no gathering, no file): copy actor → reference, and save / load the reference's shards for
 checkpoints. The shards of the two engines must match one for one (same names, same local shapes: the same FSDP
 mesh); otherwise the refresh stops with an error naming the parameter.
@@ -28,6 +28,7 @@ from pathlib import Path
 import torch
 
 from agent_system import verl_compat as vc
+from agent_system.trainer.turn_kl import ActorWorker
 
 logger = logging.getLogger(__name__)
 
@@ -84,8 +85,8 @@ def load_shard_state(module: torch.nn.Module, state: dict[str, torch.Tensor], pa
         local.copy_(state[name])
 
 
-class RefreshableActorRolloutRefWorker(vc.ActorRolloutRefWorker):
-    """verl's ``ActorRolloutRefWorker`` with calls that write its reference model (see the module docstring)."""
+class RefreshableActorWorker(ActorWorker):
+    """The project's actor worker with calls that write its reference model (see the module docstring)."""
 
     def _engines(self):
         if getattr(self, "ref", None) is None or getattr(self, "actor", None) is None:

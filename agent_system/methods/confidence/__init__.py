@@ -1,0 +1,66 @@
+"""The HL's confidence term (docs/METHOD.md, "Turns and rewards"): feedback that makes the dataset's reference
+solution likelier under the solver earns λ·clip(mean log p_LL(y*|x,z,g) − mean log p_LL(y*|x,z)), added to S2.
+
+Selected by ``mlmt.reward.confidence_lambda > 0`` (clip: ``mlmt.reward.confidence_clip``); every training row needs
+a non-empty ``extra_info.reference_solution`` (checked at start-up). The bonus itself:
+``advantages.confidence_bonus``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from agent_system.trainer.advantages import confidence_bonus
+from agent_system.trainer.hooks import Extension
+
+
+class ConfidenceTerm(Extension):
+    """Scores the reference solution under the LL's pre-update weights, with and without each feedback."""
+
+    name = "confidence"
+    builds_first = True  # the HL's rows are scored by the LL's workers, before the LL updates
+
+    def level_inputs(self, trainer, level, step, rows, batch, inputs) -> dict[str, float]:
+        if level == "hl":
+            inputs.extra_reward = confidence_terms(trainer, step.problems, step.episodes, rows)
+        return {}
+
+
+def confidence_terms(trainer: Any, problems: list[dict], episodes: list, rows) -> np.ndarray:
+    """Per HL row: λ·clip(mean log p_LL(y*|x,z,g) − mean log p_LL(y*|x,z)), y* = the dataset's reference.
+
+    The prompt with feedback is the turn-3 prompt the LL already saw; the one without feedback and the tokenized
+    reference are built once per attempt and per problem. Both sets are scored in one ``compute_log_prob``.
+    """
+    from agent_system.multi_turn_rollout.batch import build_rows, padding_id
+
+    tokenizer, prompts = trainer.tokenizers["ll"], trainer.runner.prompts
+    limit, budget = trainer.config.data.max_response_length, trainer.config.data.max_prompt_length
+    references, no_feedback = {}, {}
+    with_feedback, without_feedback, targets = [], [], []
+    for i, j, k in zip(
+        rows.keys.problem.tolist(), rows.keys.attempt.tolist(), rows.keys.feedback.tolist(), strict=True
+    ):
+        episode, attempt = episodes[i], episodes[i].attempts[j]
+        if i not in references:
+            reference = (problems[i].get("extra_info") or {}).get("reference_solution") or ""
+            references[i] = tokenizer(reference, add_special_tokens=False)["input_ids"][:limit]
+            if not references[i]:  # checked at data load; never score a placeholder token instead
+                raise ValueError(f"problem {problems[i]['prompt'][0]['content']!r}: empty reference_solution")
+        if (i, j) not in no_feedback:
+            no_feedback[i, j] = prompts.refine(episode.task, attempt.attempt.text, None, tokenizer, budget).ids
+        targets.append(references[i])
+        with_feedback.append(attempt.refinements[k].refinement.prompt_ids)
+        without_feedback.append(no_feedback[i, j])
+    batch = build_rows(with_feedback + without_feedback, targets + targets, padding_id(tokenizer))
+    log_probs, _ = trainer.groups["ll"].compute_log_prob(batch)  # (2N, R)
+    mask = batch.batch["response_mask"].float()
+    mean_logp = ((log_probs * mask).sum(-1) / mask.sum(-1)).numpy()  # (2N,)
+    reward, count = trainer.mlmt.reward, len(targets)
+    return confidence_bonus(mean_logp[:count], mean_logp[count:], reward.confidence_lambda, reward.confidence_clip)
+
+
+def extension(config) -> ConfidenceTerm | None:
+    return ConfidenceTerm() if config.mlmt.reward.get("confidence_lambda", 0) > 0 else None

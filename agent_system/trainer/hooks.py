@@ -1,0 +1,69 @@
+"""The MLMT loop's extension points: what a method (a baseline, an extra reward term) may add to a step.
+
+The loop (``mlmt_trainer.py``) names no method. A method lives in a package of ``agent_system/methods/`` and plugs in
+through three registries and one hook class (docs/EXTENDING.md):
+
+* an estimator: verl's ``register_adv_est`` (critic-free) or ``advantages.register_value_estimator`` (reads a value
+  per response token);
+* a level's task reward: ``advantages.register_task_reward``;
+* per-step work: an :class:`Extension`, returned by the package's ``extension(config)`` when the config selects it.
+
+:func:`agent_system.methods.load` imports every method package (each registers its estimators and rewards on import)
+and returns the extensions the config selects; the trainer calls their hooks in that order.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from verl import DataProto
+
+    from agent_system.trainer.advantages import LevelAdvantages
+    from agent_system.trainer.rows import LevelInputs, LevelRows, StepData
+
+
+class Extension:
+    """Hooks a method adds to the loop; each does nothing unless overridden.
+
+    Order within a step: ``level_inputs`` and ``level_metrics`` while each level's batch is built (log-probs →
+    the hook → advantages → metrics), ``before_updates`` once both batches exist, ``after_step`` after the updates
+    and weight syncs. ``save`` / ``restore`` run with every checkpoint and on resume.
+    """
+
+    name = "extension"
+    #: ``level_inputs`` reads another level's workers or pre-update state: every level's batch is built, one after the
+    #: other, before any level updates
+    builds_first = False
+
+    def actor_class(self, level: str, base: type) -> type:
+        """The Ray worker class of ``level``'s actor: ``base`` or a subclass of it adding registered calls."""
+        return base
+
+    def start(self, trainer: Any) -> None:
+        """Once, after the workers started and before the first step (start actors, load models)."""
+
+    def level_inputs(
+        self, trainer: Any, level: str, step: StepData, rows: LevelRows, batch: DataProto, inputs: LevelInputs
+    ) -> dict[str, float]:
+        """Fill ``inputs`` for ``level``'s rows (``values``, ``extra_reward``, ``features``); returns metrics."""
+        return {}
+
+    def level_metrics(self, level: str, inputs: LevelInputs, result: LevelAdvantages) -> dict[str, float]:
+        """Metrics of ``level``'s advantages (what the method put into them)."""
+        return {}
+
+    def before_updates(self, trainer: Any, batches: dict[str, DataProto]) -> None:
+        """After every level's batch is built, before the first update (may add tensors to a batch)."""
+
+    def after_step(self, trainer: Any, step: int) -> dict[str, float]:
+        """After the step's updates and weight syncs; returns metrics."""
+        return {}
+
+    def save(self, trainer: Any, folder: Path) -> None:
+        """Write the method's state into the checkpoint folder ``global_step_N``."""
+
+    def restore(self, trainer: Any, folder: Path) -> dict[str, float]:
+        """Restore the method's state from ``global_step_N`` on resume; returns metrics logged at the resumed step."""
+        return {}
