@@ -73,10 +73,11 @@ import pandas as pd
 from tqdm import tqdm
 
 from agent_system import console
-from agent_system.cpu_backend.hf_server import HFRolloutServer, stop_tokens
+from agent_system.cpu_backend.hf_server import HFRolloutServer
 from agent_system.eval.grading import JUDGE_VERDICTS, OUTCOMES, LenientGrader, judge_answers, outcome
 from agent_system.eval.stats import interval, paired_sign_test, pass_at_k
 from agent_system.multi_turn_rollout.episode import EpisodeRunner, EpisodeSettings, Turn
+from agent_system.multi_turn_rollout.stopping import stop_tokens
 from agent_system.prompts.templates import CHAT_TEMPLATE_DATE, TURNS_OF_FEEDBACK, PromptBuilder, Task
 
 logger = logging.getLogger(__name__)
