@@ -6,7 +6,7 @@ Two kinds of things live here:
   checkpoint engine manager...). They resolve lazily (PEP 562 ``__getattr__``) so that loading the project's verl
   plugin during ``import verl`` stays cheap.
 * **CPU adjustments**, applied only when the project's ``cpu`` platform is active, each the smallest change that gets
-  verl's unmodified FSDP2 engine running on a machine without an accelerator (facts: ``VERL_ON_CPU.md``):
+  verl's unmodified FSDP2 engine running on a machine without an accelerator (docs/CPU.md):
 
   1. register the FSDP/FSDP2 LM-head and value-head engines for device ``cpu`` in ``EngineRegistry``;
   2. collapse the process-group backend ``"cpu:gloo,cpu:gloo"`` (which torch rejects as a duplicate) to ``"gloo"``;
