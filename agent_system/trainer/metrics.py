@@ -7,6 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
+from agent_system.rewards.leak import episode_leak_metrics
+
 logger = logging.getLogger(__name__)
 
 
@@ -48,6 +50,7 @@ def episode_metrics(episodes, scores: dict[str, np.ndarray], prefix: str) -> dic
     if "r_ref" in scores:  # (B, n, m): the lagged LL snapshot on the same prompts; (B, n): no feedback
         name = "acc@t3_snapshot" if scores["r_ref"].ndim == 3 else "acc@t3_no_feedback"
         metrics[name] = float(scores["r_ref"].mean())
+    metrics.update(episode_leak_metrics(scores))  # leak_rate, leak_rate_i2c, ...: feedbacks stating the answer
     return {f"{prefix}/{k}": v for k, v in metrics.items()}
 
 
@@ -89,6 +92,8 @@ def trajectory_records(problems, episodes, scores) -> list[dict]:
                 )
                 if episode.task.kind == "code":
                     records[-1]["execution_result"] = attempt.execution
+                if "leak" in scores and not np.isnan(scores["leak"][episode.problem_index, j, k]):
+                    records[-1]["leak"] = bool(scores["leak"][episode.problem_index, j, k])  # feedback states y*
                 if "r_ref" in scores:
                     r_ref = scores["r_ref"]
                     at = (episode.problem_index, j, k) if r_ref.ndim == 3 else (episode.problem_index, j)

@@ -32,6 +32,7 @@ from agent_system import verl_compat as vc
 from agent_system.multi_turn_rollout.batch import build_rows, padding_id
 from agent_system.multi_turn_rollout.episode import Episode, EpisodeRunner, EpisodeSettings
 from agent_system.prompts.templates import Task
+from agent_system.rewards import leak
 from agent_system.rewards.yaml_reward import grading_context
 from agent_system.trainer import advantages as adv
 from agent_system.trainer import plan as run_plan
@@ -224,6 +225,7 @@ class MLMTTrainer:
             scores["r_ref"] = grid[:, :, 1 + shape_m :]  # (B, n, m)
         elif extra:
             scores["r_ref"] = grid[:, :, -1]  # (B, n)
+        scores.update(leak.leak_scores(problems, episodes, self.reward_pool))  # "leak" (B, n, m): feedback states y*
         return scores
 
     def train_levels(
@@ -301,6 +303,8 @@ class MLMTTrainer:
         hl_extra, feedback_values = None, None
         if level == "hl" and self.mlmt.reward.confidence_lambda > 0:
             hl_extra = self.confidence_terms(problems, episodes, rows)
+        if level == "hl":  # mlmt.reward.leak_penalty: minus the penalty on the rows whose feedback states the answer
+            hl_extra = leak.hl_leak_penalty(scores, rows, self.mlmt.reward.get("leak_penalty", 0.0), hl_extra)
         if level == "hl" and self.mlmt.reward.hl_reward == "value_shaped":
             feedback_values = self.feedback_values(episodes)
         result = adv.level_advantages(
@@ -410,7 +414,8 @@ class MLMTTrainer:
             for key, value in episode_metrics(episodes, scores, prefix="val").items():
                 results[key].append((value, len(problems)))
         self._write_jsonl(self.out_dir / "trajectories" / f"val_step_{self.global_step}.jsonl", records)
-        return {k: sum(v * w for v, w in vals) / sum(w for _, w in vals) for k, vals in results.items()}
+        metrics = {k: sum(v * w for v, w in vals) / sum(w for _, w in vals) for k, vals in results.items()}
+        return metrics | leak.record_leak_metrics(records, "val")  # leak rates pooled over the batches
 
     # ------------------------------------------------------------------------------------------------ outputs
     def write_trajectories(self, step: int, problems, episodes: list[Episode], scores) -> None:
