@@ -1,8 +1,8 @@
 """The repository's docs are the only ones it cites, and what they point at exists.
 
 * No tracked file names the team's working notes (files outside the repository a user cannot open).
-* Every `docs/NAME.md` a tracked file names exists, and a cited section (`docs/METHOD.md, "Stages and schedules"`)
-  is a heading of that page.
+* Every `docs/NAME.md` a tracked file names exists, and a cited section (`docs/METHOD.md, "Stages and schedules"`,
+  `README, GPU install`) is a heading of that page.
 * Every relative Markdown link resolves to a file, and a `#anchor` to a heading of its target.
 * Every command and repository path the user's guides show (README.md, docs/, recipes/**/README.md) exists.
 * README.md stays a user's guide (at most about 15 KB); measurements and history live in docs/.
@@ -82,6 +82,10 @@ def test_every_cited_doc_and_section_exists():
             page = REPO / "docs" / doc
             if page.is_file() and section not in _headings(page):
                 missing.append(f'{name}: docs/{doc} has no section "{section}"')
+        # README sections named in messages and comments: README.md, 'Troubleshooting' / (README, GPU install: ...)
+        cited = re.findall(r"README(?:\.md)?,\s+[\"']([^\"']+)[\"']", text)
+        cited += re.findall(r"\(README, ([A-Z][\w -]+?)[):]", text)
+        missing += [f"{name}: README.md has no section {s!r}" for s in cited if s not in _headings(REPO / "README.md")]
     assert not missing, "\n".join(missing)
 
 
