@@ -502,12 +502,25 @@ def validate(args: argparse.Namespace) -> None:
     args.records_version = RECORDS_VERSION
 
 
+def missing_data_message(data: str) -> str:
+    """What to do when ``--data`` does not exist: the preprocessor's command (hub or ``--input``), or ``--data``."""
+    return (
+        f"--data {data} does not exist. Make it with\n"
+        f"  python -m agent_system.data.preprocess --dataset math500 --output {data}\n"
+        "(reads HuggingFaceH4/MATH-500 from the Hugging Face hub; offline, add --input FILE, a local copy of "
+        "MATH-500's test.jsonl), or give --data PATH of a parquet written by agent_system.data.preprocess "
+        "(bash examples/data_preprocess/prepare_all.sh LOCAL_DATA_DIR data writes every data file)"
+    )
+
+
 def evaluate(args: argparse.Namespace) -> dict[str, Any]:
     """Evaluate what ``--out`` does not hold yet, then summarize every selected problem."""
     from agent_system.models.resolve import resolve_model_path
     from agent_system.rewards import RewardPool
 
     validate(args)
+    if not Path(args.data).is_file():  # before --out is created
+        raise EvalSettingsError(missing_data_message(args.data))
     settings = result_settings(args)
     store = RecordStore(args.out, settings)
     frame = pd.read_parquet(args.data)

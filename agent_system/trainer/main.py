@@ -81,12 +81,16 @@ def prepare_config(config: DictConfig, user_overrides: list[str]) -> DictConfig:
 
 
 def _read_frame(path: str | None) -> pd.DataFrame | None:
+    from agent_system.data.prepare import how_to_make
+
     if not path:
         return None
     paths = list(path) if not isinstance(path, str) else [path]
     for p in paths:
         if not Path(os.path.expanduser(p)).is_file():
-            raise FileNotFoundError(f"data file {p} does not exist (data.train_files / data.val_files)")
+            raise FileNotFoundError(
+                f"data file {p} does not exist (data.train_files / data.val_files): {how_to_make(p)}"
+            )
     return pd.concat([pd.read_parquet(os.path.expanduser(p)) for p in paths], ignore_index=True)
 
 
