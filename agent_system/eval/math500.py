@@ -521,6 +521,9 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
     validate(args)
     if not Path(args.data).is_file():  # before --out is created
         raise EvalSettingsError(missing_data_message(args.data))
+    for flag, model in (("--ll", args.ll), ("--hl", args.hl)):  # a wrong path, before --out records it
+        if model:
+            resolve_model_path(model, flag)
     settings = result_settings(args)
     store = RecordStore(args.out, settings)
     frame = pd.read_parquet(args.data)

@@ -83,3 +83,13 @@ def test_trainer_missing_data_file_says_how_to_make_it(tmp_path):
 
     with pytest.raises(FileNotFoundError, match="data.train_files / data.val_files.*prepare_all.sh"):
         _read_frame(str(tmp_path / "data" / "gsm8k" / "train.parquet"))
+
+
+def test_eval_wrong_model_path_is_refused_before_the_out_folder_records_it(tmp_path):
+    """Else the corrected rerun was refused: ``eval/run holds results of other settings (ll: ...)``."""
+    data = tmp_path / "data" / "math500" / "test.parquet"
+    preprocess.preprocess("math500", str(data), f"{SHARED}/math500", limit=2)
+    script = str(REPO / "mlmt-configs" / "math" / "eval_math500.sh")
+    done = _run(["bash", script, "RUN/export/global_step_N/ll", "smollm2", "--out", "eval/run"], tmp_path)
+    assert done.returncode == 2 and "--ll=RUN/export/global_step_N/ll: no such folder" in done.stderr
+    assert "--ll=smollm2" in done.stderr and not (tmp_path / "eval").exists()
