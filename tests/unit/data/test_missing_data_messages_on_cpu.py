@@ -93,3 +93,11 @@ def test_eval_wrong_model_path_is_refused_before_the_out_folder_records_it(tmp_p
     done = _run(["bash", script, "RUN/export/global_step_N/ll", "smollm2", "--out", "eval/run"], tmp_path)
     assert done.returncode == 2 and "--ll=RUN/export/global_step_N/ll: no such folder" in done.stderr
     assert "--ll=smollm2" in done.stderr and not (tmp_path / "eval").exists()
+
+
+def test_export_without_a_checkpoint_names_the_run_folder_to_give(tmp_path):
+    command = [sys.executable, "-m", "agent_system.trainer.export", "--run-dir", "outputs/mlmt_rl/default"]
+    done = _run(command, tmp_path)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "no complete checkpoint under outputs/mlmt_rl/default/checkpoints" in done.stderr
+    assert "give --run-dir the trainer.default_local_dir of a run that saved one" in done.stderr
