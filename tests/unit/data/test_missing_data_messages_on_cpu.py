@@ -14,7 +14,7 @@ import pytest
 from agent_system.data import prepare, preprocess
 
 REPO = Path(__file__).resolve().parents[3]
-SHARED = "/work/shared/data"
+SHARED = os.environ.get("MLMT_SHARED_DATA", str(Path(__file__).resolve().parents[4] / "shared" / "data"))
 
 
 def _run(command: list[str], cwd: Path, **env) -> subprocess.CompletedProcess:
