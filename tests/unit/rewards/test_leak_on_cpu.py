@@ -2,6 +2,8 @@
 (math-verify in spawned workers): leaks, near misses, intermediate numbers, LaTeX forms, hostile sizes; the rates per
 turn transition; and ``mlmt.reward.leak_penalty``, which changes only the leaking rows' HL reward."""
 
+import copy
+import functools
 import types
 
 import numpy as np
@@ -145,8 +147,16 @@ def _problems():
     return [{**_row("4"), "prompt": [{"role": "user", "content": "What is 2 + 2?"}]}]
 
 
-def _mlmt(leak_penalty):
-    return compose_config([f"mlmt.reward.leak_penalty={leak_penalty}"]).mlmt
+@functools.cache
+def _default_config():
+    return compose_config()
+
+
+def _config(leak_penalty):
+    """The composed default config (composed once: Hydra takes seconds) with ``mlmt.reward.leak_penalty`` set."""
+    config = copy.deepcopy(_default_config())
+    config.mlmt.reward.leak_penalty = leak_penalty
+    return config
 
 
 @pytest.mark.parametrize("estimator", ["grpo", "reinforce"])
@@ -157,11 +167,11 @@ def test_leak_penalty_changes_only_the_leaking_rows_hl_reward(pool, estimator):
     stage = adv.Stage(stage_id=2, beta1=0.0, beta2=0.0, beta_l=0.0, beta_h=0.0, alpha=0.0)
     rewards = {}
     for penalty in (0.0, 0.3):
-        mlmt = _mlmt(penalty)
+        mlmt = _config(penalty).mlmt
         mlmt.hl.adv_estimator = estimator
         extra = leak.hl_leak_penalty(scores, HL_ROWS, mlmt.reward.leak_penalty, None)
         result = adv.level_advantages(
-            "hl", HL_ROWS, scores, np.zeros(4), stage, mlmt, compose_config().algorithm, mask, None, extra
+            "hl", HL_ROWS, scores, np.zeros(4), stage, mlmt, _default_config().algorithm, mask, None, extra
         )
         rewards[penalty] = np.asarray(result.task_rewards)
     np.testing.assert_allclose(rewards[0.0], [0.0, 1.0, 1.0, 0.0])
@@ -184,7 +194,7 @@ def test_leak_penalty_in_the_logged_hl_reward_and_the_leak_metrics(pool):
     problems, episodes = _problems(), _episodes()
     means = {}
     for penalty in (0.0, 0.5):
-        config = compose_config([f"mlmt.reward.leak_penalty={penalty}"])
+        config = _config(penalty)
         trainer = object.__new__(MLMTTrainer)
         trainer.config, trainer.mlmt, trainer.reward_pool = config, config.mlmt, pool
         tokenizer = types.SimpleNamespace(pad_token_id=0, eos_token_id=0)
