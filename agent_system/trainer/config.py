@@ -253,6 +253,44 @@ def has_hl(config: DictConfig) -> bool:
     return config.mlmt.feedback == "model"
 
 
+def reference_needed(config: DictConfig) -> dict[str, bool]:
+    """Per level: whether its workers need a reference model (a β > 0 in any stage, or the actor's own KL loss)."""
+    stages = config.mlmt.stages
+    return {
+        "ll": any(b > 0 for b in [*stages.beta1, *stages.beta2, *stages.beta_l])
+        or bool(config.actor_rollout_ref.actor.use_kl_loss),
+        "hl": has_hl(config) and (any(b > 0 for b in stages.beta_h) or bool(config.hl.actor.use_kl_loss)),
+    }
+
+
+def level_nodes(config: DictConfig, level: str) -> list[int]:
+    """Processes per node of a level's own pool (``mlmt.<level>_gpus`` devices), verl's ``process_on_nodes``.
+
+    One node when the job has one node (``trainer.nnodes=1``) or the level fits on one (``trainer.n_gpus_per_node``);
+    else ``[n_gpus_per_node] * (devices / n_gpus_per_node)`` whole nodes.
+
+    Raises:
+        ConfigError: The devices are not a whole number of nodes, or need more nodes than ``trainer.nnodes``.
+    """
+    key = f"mlmt.{level}_gpus"
+    devices, per_node, nnodes = config.mlmt[f"{level}_gpus"], config.trainer.n_gpus_per_node, config.trainer.nnodes
+    if devices < 1:
+        raise ConfigError(f"{key}={devices}: a level needs at least one device")
+    if nnodes <= 1 or devices <= per_node:
+        return [devices]
+    if devices % per_node:
+        raise ConfigError(
+            f"{key}={devices} spans nodes of trainer.n_gpus_per_node={per_node} devices: use a multiple of {per_node} "
+            f"(whole nodes) or at most {per_node} (one node)"
+        )
+    if devices // per_node > nnodes:
+        raise ConfigError(
+            f"{key}={devices} needs {devices // per_node} nodes of trainer.n_gpus_per_node={per_node}, but "
+            f"trainer.nnodes={nnodes}"
+        )
+    return [per_node] * (devices // per_node)
+
+
 def _check_without_hl(config: DictConfig) -> None:
     """``mlmt.feedback=self|none`` has no HL: reject the knobs that would act only on one (or on a missing turn 3)."""
     mlmt, stages, feedback = config.mlmt, config.mlmt.stages, config.mlmt.feedback

@@ -72,7 +72,7 @@ def pool_demands(config: DictConfig, device_resource: str) -> list[Demand]:
     shared one (``colocated``), the lagged snapshot's (``mlmt.reward.contrastive_reference=lagged_snapshot``, shaped
     like the LL's) and the ArCHer critic's actor (``mlmt.archer.num_gpus`` devices, no CPU slot).
     """
-    from agent_system.trainer.placement import level_nodes
+    from agent_system.trainer.config import level_nodes
 
     def bundle(processes: int) -> dict[str, float]:
         return {"CPU": float(processes), device_resource: float(processes)}
@@ -566,7 +566,7 @@ def device_memory_warnings(config: DictConfig, device_bytes: int) -> list[str]:
     lines to log; a line starting with ``"does not fit"`` when a device's sum exceeds ``device_bytes``."""
     import json
 
-    from agent_system.trainer.main import reference_needed
+    from agent_system.trainer.config import reference_needed
 
     use_ref = reference_needed(config)
     trees = list(zip(POLICY_TREES, ("ll", "hl"), strict=True))[: 2 if has_hl(config) else 1]

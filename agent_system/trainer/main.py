@@ -94,18 +94,6 @@ def _read_frame(path: str | None) -> pd.DataFrame | None:
     return pd.concat([pd.read_parquet(os.path.expanduser(p)) for p in paths], ignore_index=True)
 
 
-def reference_needed(config: DictConfig) -> dict[str, bool]:
-    """Per level: whether its workers need a reference model (a β > 0 in any stage, or the actor's own KL loss)."""
-    from agent_system.trainer.config import has_hl
-
-    stages = config.mlmt.stages
-    return {
-        "ll": any(b > 0 for b in [*stages.beta1, *stages.beta2, *stages.beta_l])
-        or bool(config.actor_rollout_ref.actor.use_kl_loss),
-        "hl": has_hl(config) and (any(b > 0 for b in stages.beta_h) or bool(config.hl.actor.use_kl_loss)),
-    }
-
-
 def set_schedule_horizon(config: DictConfig, train_rows: int) -> dict[str, int]:
     """Give each optimizer the number of updates its level will get (``<section>.optim.total_training_steps``).
 
@@ -221,7 +209,7 @@ def build_trainer(config: DictConfig):
     from agent_system.rewards import RewardPool
     from agent_system.rewards.code_sandbox import SandboxLimits
     from agent_system.rewards.judge import trainer_judge
-    from agent_system.trainer.config import has_hl
+    from agent_system.trainer.config import has_hl, reference_needed
     from agent_system.trainer.mlmt_trainer import MLMTTrainer
     from agent_system.trainer.placement import build_workers, critic_levels
 

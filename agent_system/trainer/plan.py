@@ -286,7 +286,7 @@ def build_plan(config: DictConfig, train_rows: int, val_rows: int | None) -> Run
 
     Call it after ``main.set_schedule_horizon`` (the optimizers' horizons are read from ``config``).
     """
-    from agent_system.trainer.main import reference_needed
+    from agent_system.trainer.config import reference_needed
 
     mlmt, data = config.mlmt, config.data
     total = run_steps(config, train_rows)

@@ -35,11 +35,10 @@ import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from agent_system import verl_compat as vc
-from agent_system.cpu_backend.hf_server import stop_tokens
-from agent_system.multi_turn_rollout.stopping import stop_tokens
 from agent_system.multi_turn_rollout.episode import Episode, Turn, turn_from_output
+from agent_system.multi_turn_rollout.stopping import stop_tokens
 from agent_system.prompts.templates import Prompt
-from agent_system.trainer.placement import level_nodes
+from agent_system.trainer.config import level_nodes
 from agent_system.trainer.policy import PolicyGroup
 
 logger = logging.getLogger(__name__)

@@ -324,7 +324,7 @@ def test_custom_yaml_script_composes_its_run(task, batch, tmp_path):
 def test_reinforce_kl_script_composes_the_seed_settings(tmp_path):
     """recipes/reinforce_kl: LLM_RL's settings (kl_coeff 0.25 as β1, reference refreshed every 2 steps, REINFORCE,
     one turn) on the 5-shot GSM8K parquet files, a valid config with the LL's reference model."""
-    from agent_system.trainer.main import reference_needed
+    from agent_system.trainer.config import reference_needed
 
     config = compose_config(_script_argv("../recipes/reinforce_kl/run_reinforce_kl.sh", tmp_path))
     validate_config(config)

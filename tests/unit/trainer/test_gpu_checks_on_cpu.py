@@ -4,9 +4,8 @@ runs in tests/integration/test_pool_check_on_cpu.py."""
 
 import pytest
 
-from agent_system.trainer.config import ConfigError, compose_config
+from agent_system.trainer.config import ConfigError, compose_config, level_nodes
 from agent_system.trainer.gpu_checks import pool_demands, pools_fit_message
-from agent_system.trainer.placement import level_nodes
 
 
 def _nodes(count: int, gpus: int, cpus: int = 64) -> dict[str, dict[str, float]]:
