@@ -154,7 +154,8 @@ def preflight(config: DictConfig):
     json_path, _ = write_plan(plan, config.trainer.default_local_dir)
     for notice in plan.notices:
         logger.warning("%s", notice)
-    logger.info("run plan (also in %s):\n%s", json_path, render_markdown(plan))
+    # the full plan goes to the console only with mlmt.plan_only (or MLMT_SHOW_ALL_LOGS=1); else to logs/driver.log
+    logger.info("run plan (also in %s):\n%s", json_path, render_markdown(plan), extra={"console": False})
     return plan
 
 
@@ -210,6 +211,7 @@ def build_trainer(config: DictConfig):
     from agent_system.rewards.code_sandbox import SandboxLimits
     from agent_system.rewards.judge import trainer_judge
     from agent_system.trainer.config import has_hl, reference_needed
+    from agent_system.trainer.console import phase
     from agent_system.trainer.mlmt_trainer import MLMTTrainer
     from agent_system.trainer.placement import build_workers, critic_levels
 
@@ -226,8 +228,9 @@ def build_trainer(config: DictConfig):
     prompts = PromptBuilder.from_config(config)
     check_prompt_budget(config, prompts, tokenizers, {"data.train_files": train_frame, "data.val_files": val_frame})
     groups, critics = build_workers(config, use_ref, critic_levels(config))  # none for a frozen level
-    for group in groups.values():
-        group.init()
+    for level, group in groups.items():
+        with phase(f"{level.upper()} workers and rollout server"):
+            group.init()
     if config.mlmt.ll.adv_estimator == "archer":  # saved and restored with the level critics
         from agent_system.trainer.utterance_critic import ArcherCritic
 
@@ -264,12 +267,15 @@ def build_trainer(config: DictConfig):
 def run_mlmt(config: DictConfig) -> dict:
     """Entry of ``python -m verl.trainer.main_mlmt``: the run plan, then train and log a short summary.
 
+    The console shows the start-up summary, phases, one line per step, warnings, errors and the summary; the rest of
+    the driver's output and every worker's goes to ``<trainer.default_local_dir>/logs/`` (``MLMT_SHOW_ALL_LOGS=1``
+    keeps it all on the console): see :mod:`agent_system.trainer.console`.
+
     ``mlmt.plan_only=true`` logs and writes the plan, then returns ``{"plan", "out_dir"}`` without starting Ray.
     """
-    import ray
-
     from agent_system import console
-    from agent_system.trainer.stop_request import EXIT_STOPPED, STOP_REQUEST
+    from agent_system.trainer.console import RunConsole
+    from agent_system.trainer.stop_request import STOP_REQUEST
 
     _setup_logging()
     console.keep_root_log_level()
@@ -278,47 +284,74 @@ def run_mlmt(config: DictConfig) -> dict:
     out_dir = Path(config.trainer.default_local_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("TENSORBOARD_DIR", str(out_dir / "tensorboard"))
-    plan = preflight(config)  # before Ray and any worker
     if config.mlmt.plan_only:
+        plan = preflight(config)  # logged in full on the console
         STOP_REQUEST.uninstall()
         return {"plan": plan.to_json(), "out_dir": str(out_dir)}
+    try:
+        with RunConsole(out_dir) as run_console:
+            return _train(config, run_console)
+    finally:
+        STOP_REQUEST.uninstall()
+
+
+def _train(config: DictConfig, run_console) -> dict:
+    """Preflight, Ray, the workers, training and the summary, with the driver's output in ``<run>/logs/``."""
+    import ray
+
+    from agent_system import verl_plugin
+    from agent_system.trainer.console import ConsoleTracker, phase, ray_settings, startup_summary
+    from agent_system.trainer.stop_request import EXIT_STOPPED, STOP_REQUEST
+
+    plan = preflight(config)  # before Ray and any worker
+    for line in startup_summary(plan, config, "CPU" if verl_plugin.CPU_BACKEND_ACTIVE else "GPU"):
+        logger.info("%s", line)
     started_ray = not ray.is_initialized()
     if started_ray:
         ray_init = OmegaConf.to_container(config.ray_kwargs.ray_init, resolve=True)
         runtime_env = {k: v for k, v in (ray_init.pop("runtime_env", None) or {}).items() if v is not None}
+        init_logs, env_logs = ray_settings(run_console.log_dir)  # workers' output to <run>/logs/ (not to the driver)
         runtime_env.setdefault("env_vars", {}).update(
             {
                 "TOKENIZERS_PARALLELISM": "false",
                 "VERL_PLATFORM": os.environ.get("VERL_PLATFORM", ""),
                 # vLLM's per-request INFO lines drown the step metrics (verl's own trainer sets the same)
                 "VLLM_LOGGING_LEVEL": os.environ.get("VLLM_LOGGING_LEVEL", "WARNING"),
+                **env_logs.pop("env_vars", {}),
             }
         )
-        if os.environ.get("RAY_ADDRESS"):  # an existing cluster (Slurm scripts): its resources are already set
-            ray.init(address=os.environ["RAY_ADDRESS"], runtime_env=runtime_env)
-        else:
-            resources = {k: v for k, v in ray_init.items() if v is not None}
-            # address="local": always a new local instance, never a cluster some `ray start` left on this machine
-            ray.init(address="local", **resources, include_dashboard=False, runtime_env=runtime_env)
+        runtime_env.update(env_logs)
+        with phase("Ray"):
+            if os.environ.get("RAY_ADDRESS"):  # an existing cluster (Slurm scripts): its resources are already set
+                ray.init(address=os.environ["RAY_ADDRESS"], runtime_env=runtime_env, **init_logs)
+            else:
+                resources = {k: v for k, v in ray_init.items() if v is not None}
+                # address="local": always a new local instance, never a cluster some `ray start` left on this machine
+                ray.init(address="local", **resources, include_dashboard=False, runtime_env=runtime_env, **init_logs)
         alive = [node for node in ray.nodes() if node["Alive"]]
         logger.info("Ray: %d alive node(s), resources %s", len(alive), ray.cluster_resources())
     trainer = None
     try:
         trainer = build_trainer(config)
-        summary = trainer.fit()
+        trainer.tracker = ConsoleTracker(trainer.tracker, plan.total_steps)  # one console line per step
+        with run_console.training():
+            summary = trainer.fit()
     finally:
         STOP_REQUEST.uninstall()
         if trainer is not None:
             trainer.reward_pool.close()
         if started_ray:
             ray.shutdown()
-    _log_summary(summary)
+    val_rows = 0 if trainer.val_frame is None else len(trainer.val_frame)
+    _log_summary(summary, trainer.history, val_rows, plan)
     if summary.get("stopped_at") is not None:  # stopped on request with a checkpoint: the same command continues
         raise SystemExit(EXIT_STOPPED)
     return summary
 
 
-def _log_summary(summary: dict) -> None:
+def _log_summary(summary: dict, history: list[dict], val_rows: int, plan) -> None:
+    from agent_system.trainer.console import final_summary
+
     def pick(metrics):
         if not metrics:
             return "n/a"
@@ -335,3 +368,5 @@ def _log_summary(summary: dict) -> None:
         os.environ.get("TENSORBOARD_DIR"),
         summary["plot"],
     )
+    for line in final_summary(history, summary["first_val"], summary["last_val"], val_rows, plan):
+        logger.info("%s", line)
