@@ -300,6 +300,7 @@ def summarize(records: list[dict], mode: str, temperature: float = 0.0, judged: 
     if leak:  # each feedback between the answer it critiques and the refinement it leads to
         pairs = [(s["leak"][r], s["correct"][r], s["correct"][r + 1]) for s in samples for r in range(len(s["leak"]))]
         rates = leak_rates(*(np.array(column, dtype=float) for column in zip(*pairs, strict=True)))
+        rates["leak_checked"] = int(rates["leak_checked"])  # a count
         summary["leak_by_transition"] = {k.removeprefix("leak_rate_"): v for k, v in rates.items() if k != "leak_rate"}
     for key in ("subject", "level"):
         summary[f"by_{key}"] = breakdown(records, key, [t1, final, f"{final}_lenient"], columns)
