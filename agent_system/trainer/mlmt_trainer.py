@@ -39,6 +39,7 @@ from agent_system.trainer import plan as run_plan
 from agent_system.trainer import state as st
 from agent_system.trainer import value_shaping as vs
 from agent_system.trainer.metrics import episode_metrics, plot_history, trajectory_records
+from agent_system.trainer.policy import SyncCounter, awake
 from agent_system.trainer.ref_refresh import ReferenceRefresh
 from agent_system.trainer.schedule import levels_to_update
 from agent_system.trainer.stop_request import STOP_REQUEST
@@ -96,8 +97,9 @@ class MLMTTrainer:
         self.resume()
         stop = STOP_REQUEST.install()  # SIGUSR1 / SIGTERM: stop after the current step, with a checkpoint
         first_metrics = None
+        syncs = SyncCounter([*self.groups.values(), *([self.snapshot.group] if self.snapshot else [])])
         if self.config.trainer.val_before_train and self.global_step == 0 and self.val_frame is not None:
-            first_metrics = self.validate()
+            first_metrics = self.validate() | syncs.take()
             self.tracker.log(first_metrics, step=0)
             self.history.append({"step": 0, **first_metrics})
         last_val = first_metrics
@@ -137,6 +139,7 @@ class MLMTTrainer:
             if self._due(self.config.trainer.test_freq, step, total) and self.val_frame is not None:
                 last_val = self.validate()
                 metrics.update(last_val)
+            metrics.update(syncs.take())  # perf/weight_syncs/<level>: pushes actor -> rollout servers this step
             self.tracker.log(metrics, step=step)
             self.history.append({"step": step, **metrics})
             self.write_trajectories(step, problems, episodes, scores)
@@ -179,13 +182,8 @@ class MLMTTrainer:
             feedback=self.mlmt.feedback,
         )
         tasks = [Task.from_row(row) for row in problems]
-        for group in self.groups.values():
-            group.wake_up(self.global_step)
-        try:
+        with awake(self.groups.values(), self.global_step):  # inside validate()'s session: no wake, no sleep
             return asyncio.run(self.runner.run(tasks, settings))
-        finally:
-            for group in self.groups.values():
-                group.sleep()
 
     def _contrastive(self, reference: str) -> bool:
         reward = self.mlmt.reward
@@ -406,13 +404,14 @@ class MLMTTrainer:
         """
         size = self.config.data.val_batch_size
         results, records = defaultdict(list), []
-        for start in range(0, len(self.val_frame), size):
-            problems = [r.to_dict() for _, r in self.val_frame.iloc[start : start + size].iterrows()]
-            episodes = self.rollout(problems, validate=True)
-            scores = self.score(problems, episodes)
-            records += trajectory_records(problems, episodes, scores)
-            for key, value in episode_metrics(episodes, scores, prefix="val").items():
-                results[key].append((value, len(problems)))
+        with awake(self.groups.values(), self.global_step):  # one wake-up (and weight sync) for all the batches
+            for start in range(0, len(self.val_frame), size):
+                problems = [r.to_dict() for _, r in self.val_frame.iloc[start : start + size].iterrows()]
+                episodes = self.rollout(problems, validate=True)
+                scores = self.score(problems, episodes)
+                records += trajectory_records(problems, episodes, scores)
+                for key, value in episode_metrics(episodes, scores, prefix="val").items():
+                    results[key].append((value, len(problems)))
         self._write_jsonl(self.out_dir / "trajectories" / f"val_step_{self.global_step}.jsonl", records)
         metrics = {k: sum(v * w for v, w in vals) / sum(w for _, w in vals) for k, vals in results.items()}
         return metrics | leak.record_leak_metrics(records, "val")  # leak rates pooled over the batches
