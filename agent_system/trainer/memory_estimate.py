@@ -46,6 +46,7 @@ DTYPE_BYTES = {
     "fp32": 4, "float32": 4, "float": 4, "32": 4,
     "bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2, "half": 2, "16": 2,
     "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "fp8_inc": 1,
+    "auto": 2,  # vLLM's rollout.dtype=auto: fp16 for fp32 and fp16 models, bf16 for bf16 ones
 }  # fmt: skip
 POLICY_TREES = {"ll": "actor_rollout_ref", "hl": "hl"}
 CRITIC_TREES = {"ll": "critic", "hl": "hl_critic"}

@@ -156,6 +156,8 @@ def test_tensor_parallel_kv_dtype_and_a_fixed_kv_cache(base, tmp_path):
     tp = _plan(_config(base, tmp_path, [f"{vllm}.tensor_model_parallel_size=2", "trainer.n_gpus_per_node=2",
                                   "mlmt.ll_gpus=2"])).levels["ll"]  # fmt: skip
     assert tp.vllm_weights == 2 * P1B // 2 and tp.kv_bytes_per_token == 32_768 // 2  # 4 of the 8 kv heads each
+    auto = _plan(_config(base, tmp_path, [f"{vllm}.dtype=auto"])).levels["ll"]  # vLLM's choice: 16-bit
+    assert auto.vllm_weights == 2 * P1B and auto.kv_bytes_per_token == 32_768
     fp8 = _plan(_config(base, tmp_path, [f"+{vllm}.engine_kwargs.vllm.kv_cache_dtype=fp8"])).levels["ll"]
     assert fp8.kv_bytes_per_token == 16_384
     kv_cache = [f"{vllm}.engine_kwargs.vllm.kv_cache_memory_bytes={2**30}"]
