@@ -11,6 +11,10 @@ A :class:`PolicyGroup` owns, for its level:
 * its rollout sessions (:func:`awake`): the servers wake once for a whole session (all of a validation's batches)
   and sleep after it; a frozen level under ``placement=split`` never sleeps (its devices hold nothing that trains).
 
+With more than one data-parallel rank, every batch sent to the workers is put in a balanced row order first
+(:mod:`agent_system.trainer.balance`): similar token counts per rank, and the same order for any permutation of the
+same rows; outputs come back in the caller's row order.
+
 All tensors cross this boundary as ``DataProto`` with left-padded prompts and right-padded responses
 (``input_ids`` (B, P+R), ``attention_mask`` (B, P+R), ``position_ids`` (B, P+R), ``responses`` (B, R),
 ``response_mask`` (B, R)), converted to verl's padding-free ``TensorDict`` here, as verl's ``RayPPOTrainer`` does.
@@ -29,6 +33,7 @@ from omegaconf import DictConfig
 from verl import DataProto
 
 from agent_system import verl_compat as vc
+from agent_system.trainer.balance import Balance, balanced_order, canonical_order
 
 logger = logging.getLogger(__name__)
 
@@ -150,27 +155,28 @@ class PolicyGroup:
 
     def compute_log_prob(self, batch: DataProto) -> tuple[torch.Tensor, torch.Tensor]:
         """Actor log-probs and entropies of the responses, each (B, R)."""
-        padded, pad = pad_to_multiple(batch, self.world_size)
-        td = self._to_tensordict(padded, calculate_entropy=True, compute_loss=False)
+        ranked, rows, _ = for_ranks(batch, self.world_size)
+        td = self._to_tensordict(ranked, calculate_entropy=True, compute_loss=False)
         output = self.worker_group.compute_log_prob(td)
         log_probs = vc.no_padding_2_padding(vc.tensordict_utils.get(output, "log_probs"), td)
         entropy = vc.no_padding_2_padding(vc.tensordict_utils.get(output, "entropy"), td)
-        return unpad_rows(log_probs.float(), pad), unpad_rows(entropy.float(), pad)
+        return log_probs.float()[rows], entropy.float()[rows]
 
     def compute_ref_log_prob(self, batch: DataProto) -> torch.Tensor:
         """Reference-model log-probs of the responses, (B, R)."""
-        padded, pad = pad_to_multiple(batch, self.world_size)
-        td = self._to_tensordict(padded, calculate_entropy=False, compute_loss=False)
+        ranked, rows, _ = for_ranks(batch, self.world_size)
+        td = self._to_tensordict(ranked, calculate_entropy=False, compute_loss=False)
         output = self.worker_group.compute_ref_log_prob(td)
-        return unpad_rows(vc.no_padding_2_padding(vc.tensordict_utils.get(output, "log_probs"), td).float(), pad)
+        return vc.no_padding_2_padding(vc.tensordict_utils.get(output, "log_probs"), td).float()[rows]
 
     def update_actor(self, batch: DataProto) -> dict[str, float]:
         """One PPO/GRPO update over ``batch`` (needs ``old_log_probs`` and ``advantages``); returns metrics.
 
-        The batch is padded to a multiple of the data-parallel size with masked rows (no loss, no gradient).
+        The batch is padded to a multiple of the data-parallel size with masked rows (no loss, no gradient) and,
+        with more than one rank, balanced over the ranks (``rank_tokens_max`` / ``rank_tokens_min`` in the metrics).
         """
         actor = self.config.actor
-        batch, _ = pad_to_multiple(batch, self.world_size)
+        batch, _, balance = for_ranks(batch, self.world_size)
         batch.meta_info["multi_turn"] = False
         mini_batch = mini_batch_size(len(batch), actor.ppo_mini_batch_size, self.world_size)
         td = self._to_tensordict(
@@ -186,7 +192,7 @@ class PolicyGroup:
             compute_loss=True,
         )
         output = self.worker_group.update_actor(td)
-        return flatten_metrics(vc.tensordict_utils.get(output, "metrics"))
+        return flatten_metrics(vc.tensordict_utils.get(output, "metrics")) | (balance.metrics() if balance else {})
 
     def save_checkpoint(self, path: str, global_steps: int) -> None:
         self.worker_group.save_checkpoint(path, None, global_steps, None)
@@ -279,6 +285,35 @@ def pad_to_multiple(batch: DataProto, divisor: int) -> tuple[DataProto, int]:
             if key in padded.batch.keys():
                 padded.batch[key][-pad:] = 0
     return padded, pad
+
+
+def for_ranks(batch: DataProto, ranks: int) -> tuple[DataProto, torch.Tensor, Balance | None]:
+    """``batch`` as sent to ``ranks`` data-parallel ranks, and where each input row's output is.
+
+    Padded to a multiple of ``ranks`` (:func:`pad_to_multiple`); with more than one rank, the rows are first put in
+    canonical order (so the padding copies the same rows whatever the input order), then in the balanced order of
+    :func:`agent_system.trainer.balance.balanced_order`. Returns (the batch to send, ``rows``: an output of the sent
+    batch indexed by ``rows`` is in the input's row order, padding dropped; the :class:`Balance`, None on one rank).
+    """
+    if ranks == 1:
+        return batch, torch.arange(len(batch)), None
+    canonical = torch.tensor(canonical_order(*_row_content(batch)), dtype=torch.long)
+    ordered = batch.select_idxs(canonical)
+    ordered.meta_info = dict(batch.meta_info)  # select_idxs shares the dict; the caller's must not change
+    padded, _ = pad_to_multiple(ordered, ranks)
+    balance: Balance = balanced_order(*_row_content(padded), ranks)
+    padded.reorder(balance.order)
+    # input row canonical[p] sits at canonical position p, which the balanced order puts at balance.inverse()[p]
+    rows = torch.empty(len(batch), dtype=torch.long)
+    rows[canonical] = balance.inverse()[: len(batch)]
+    return padded, rows, balance
+
+
+def _row_content(batch: DataProto) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """(tokens per row, every tensor of the batch): what makes a row's place canonical; input ids first."""
+    tensors = batch.batch
+    keys = ["input_ids", *sorted(k for k in tensors.keys() if k != "input_ids")]
+    return tensors["attention_mask"].sum(-1), [tensors[k] for k in keys]
 
 
 def unpad_rows(tensor: torch.Tensor, pad: int) -> torch.Tensor:
