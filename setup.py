@@ -10,8 +10,9 @@ setup(
     version="0.1.0",
     description="Multi-level multi-turn RL (solver + feedback writer) on verl 0.9.1",
     python_requires=">=3.10,<3.13",
+    # No package data: the configs (mlmt-configs/) and the entry-point shim (verl/) are read from the source tree,
+    # which is why the install is editable (`pip install -e .`).
     packages=find_packages(include=["agent_system", "agent_system.*"]),
-    package_data={"agent_system": ["configs/*.yaml"]},
     install_requires=[
         "verl==0.9.1",
         "torch>=2.11",

@@ -6,7 +6,7 @@ Two kinds of things live here:
   checkpoint engine manager...). They resolve lazily (PEP 562 ``__getattr__``) so that loading the project's verl
   plugin during ``import verl`` stays cheap.
 * **CPU adjustments**, applied only when the project's ``cpu`` platform is active, each the smallest change that gets
-  verl's unmodified FSDP2 engine running on a machine without an accelerator (facts: ``VERL_ON_CPU.md``):
+  verl's unmodified FSDP2 engine running on a machine without an accelerator (docs/CPU.md):
 
   1. register the FSDP/FSDP2 LM-head and value-head engines for device ``cpu`` in ``EngineRegistry``;
   2. collapse the process-group backend ``"cpu:gloo,cpu:gloo"`` (which torch rejects as a duplicate) to ``"gloo"``;
@@ -84,8 +84,8 @@ __all__ = [
     "VERL_VERSION",
     "after_import",
     "apply_cpu_adjustments",
-    "register_hf_rollout",
-    "register_level_vllm_rollout",
+    "register_platform",
+    "register_rollout",
     "register_value_head_loader",
     *_LAZY_NAMES,
 ]
@@ -153,52 +153,35 @@ def after_import(module_name: str, callback: Callable[[ModuleType], None]) -> No
 # Registrations (additive: they add names, they change nothing that exists)
 # --------------------------------------------------------------------------------------------------------------------
 
-HF_ROLLOUT_ADAPTER = "agent_system.cpu_backend.hf_rollout.HFServerAdapter"
-
 
 def register_platform(name: str, platform_cls: type) -> None:
     __getattr__("PlatformRegistry").register(platform=name)(platform_cls)
 
 
-def _register_hf_rollout_adapter(module: ModuleType) -> None:
-    module._ROLLOUT_REGISTRY[("hf", "async")] = HF_ROLLOUT_ADAPTER
+def _load_class(dotted: str) -> type:
+    module_name, _, class_name = dotted.rpartition(".")
+    return getattr(importlib.import_module(module_name), class_name)
 
 
-def _register_hf_replica(module: ModuleType) -> None:
-    def load() -> type:
-        from agent_system.cpu_backend.hf_rollout import HFRolloutReplica
+def register_rollout(name: str, *, replica: str, adapter: str) -> None:
+    """Make ``rollout.name=<name>`` use the given replica (driver side) and server adapter (inside each worker).
 
-        return HFRolloutReplica
+    ``replica`` (a ``RolloutReplica``) and ``adapter`` (a ``BaseRollout``) are dotted ``"package.module.Class"``
+    paths, imported on first use: registering costs nothing at ``import verl``. A name verl already has (``vllm``)
+    is replaced; any other name is added to verl's two rollout registries.
+    """
+    for dotted in (replica, adapter):
+        if "." not in dotted.strip("."):
+            raise ValueError(f"register_rollout({name!r}): expected a 'package.module.Class' path, got {dotted!r}")
 
-    module.RolloutReplicaRegistry.register("hf", load)
+    def add_adapter(module: ModuleType) -> None:
+        module._ROLLOUT_REGISTRY[(name, "async")] = adapter
 
+    def add_replica(module: ModuleType) -> None:
+        module.RolloutReplicaRegistry.register(name, lambda: _load_class(replica))
 
-def register_hf_rollout() -> None:
-    """Make ``rollout.name=hf`` resolve to the project's Hugging Face ``generate()`` rollout server."""
-    after_import("verl.workers.rollout.base", _register_hf_rollout_adapter)
-    after_import("verl.workers.rollout.replica", _register_hf_replica)
-
-
-LEVEL_VLLM_ADAPTER = "agent_system.trainer.level_rollout.LevelServerAdapter"
-
-
-def _register_level_vllm_adapter(module: ModuleType) -> None:
-    module._ROLLOUT_REGISTRY[("vllm", "async")] = LEVEL_VLLM_ADAPTER
-
-
-def _register_level_vllm_replica(module: ModuleType) -> None:
-    def load() -> type:
-        from agent_system.trainer.level_rollout import LevelvLLMReplica
-
-        return LevelvLLMReplica
-
-    module.RolloutReplicaRegistry.register("vllm", load)
-
-
-def register_level_vllm_rollout() -> None:
-    """Make ``rollout.name=vllm`` use verl's vLLM classes with a per-level replica-rank offset (``level_rollout``)."""
-    after_import("verl.workers.rollout.base", _register_level_vllm_adapter)
-    after_import("verl.workers.rollout.replica", _register_level_vllm_replica)
+    after_import("verl.workers.rollout.base", add_adapter)
+    after_import("verl.workers.rollout.replica", add_replica)
 
 
 # --------------------------------------------------------------------------------------------------------------------

@@ -91,6 +91,21 @@ def _activate_cpu_backend() -> None:
         logger.warning("MLMT-RL: no GPU in use, verl runs on the project's CPU backend (VERL_PLATFORM=cpu).")
 
 
+# rollout.name -> the module that holds its replica (driver side) and its in-worker server adapter. The classes are
+# named, not imported: importing them here would load verl's rollout modules (and vLLM) in every process.
+ROLLOUTS: dict[str, tuple[str, str, str]] = {
+    "hf": ("agent_system.cpu_backend.hf_rollout", "HFRolloutReplica", "HFServerAdapter"),
+    "vllm": ("agent_system.trainer.level_rollout", "LevelvLLMReplica", "LevelServerAdapter"),
+}
+
+
+def _register_rollouts() -> None:
+    from agent_system import verl_compat
+
+    for name, (module, replica, adapter) in ROLLOUTS.items():
+        verl_compat.register_rollout(name, replica=f"{module}.{replica}", adapter=f"{module}.{adapter}")
+
+
 def _load() -> None:
     global LOADED, CPU_BACKEND_ACTIVE
     import sys
@@ -100,8 +115,7 @@ def _load() -> None:
     console.install()
     if not any(isinstance(finder, _EntryModuleFinder) for finder in sys.meta_path):
         sys.meta_path.insert(0, _EntryModuleFinder())
-    verl_compat.register_hf_rollout()
-    verl_compat.register_level_vllm_rollout()
+    _register_rollouts()
     verl_compat.register_value_head_loader()  # critics load with the attention their config selects (any platform)
     if cpu_backend_requested():
         _activate_cpu_backend()

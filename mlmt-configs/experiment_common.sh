@@ -1,5 +1,6 @@
 # Sourced by the experiment scripts in mlmt-configs/{math,code}/ (not run on its own): the settings shared by the
-# original's runs (MLMT_SPEC §3.3, §3.4) as bash arrays, and the environment knobs every script honours.
+# original's runs (docs/METHOD.md, "The original's runs") as bash arrays, and the environment knobs every script
+# honours.
 #
 #   MODEL=...          both levels' initial model (default meta-llama/Llama-3.2-1B-Instruct, the scripts' SHARED_MODEL)
 #   LL_MODEL=...       the solver's model (default $MODEL);  HL_MODEL=... the feedback writer's (default $MODEL)
@@ -40,10 +41,10 @@ RR=(
   mlmt.m=1
 )
 
-# The math runs' hyper-parameters (MLMT_SPEC §3.4): 128 problems per step, prompt 4096 and response 1024 tokens at
-# every turn (the original's HL generated up to max_response_length too), full fine-tuning at lr 5e-7 (constant,
-# AdamW weight decay 0.01, grad clip 1.0: verl's defaults), PPO clip 0.2, one epoch, token-mean loss, entropy 0.001,
-# mini-batches of 128 rows.
+# The math runs' hyper-parameters (docs/METHOD.md, "The original's runs"): 128 problems per step, prompt 4096 and
+# response 1024 tokens at every turn (the original's HL generated up to max_response_length too), full fine-tuning at lr
+# 5e-7 (constant, AdamW weight decay 0.01, grad clip 1.0: verl's defaults), PPO clip 0.2, one epoch, token-mean loss,
+# entropy 0.001, mini-batches of 128 rows.
 MATH=(
   data.train_files="${TRAIN_FILES:-$DATA_DIR/math/train.parquet}"
   data.val_files="${VAL_FILES:-$DATA_DIR/math/val.parquet}"
@@ -68,10 +69,11 @@ MATH=(
   trainer.project_name=mlmt_math
 )
 
-# SCoRe-style stages of the math scripts (MLMT_SPEC §3.2): stage I (turn-1 reward = −β2·KL only) with β2 0.1 and
-# β_L 0.01, switching at step 200 to stage II with β1 0.01, β_L 0.01 and the progress bonus α = 10 on turn 3 (α has
-# no effect in stage I, where the original also set it). The original never created a reference model, so its β terms
-# were inert (MLMT_SPEC §8.1 item 2); here β > 0 creates the LL's reference model and the KL terms act.
+# SCoRe-style stages of the math scripts (docs/METHOD.md, "Stages and schedules"): stage I (turn-1 reward = −β2·KL only)
+# with β2 0.1 and β_L 0.01, switching at step 200 to stage II with β1 0.01, β_L 0.01 and the progress bonus α = 10 on
+# turn 3 (α has no effect in stage I, where the original also set it). The original never created a reference model, so
+# its β terms were inert (docs/METHOD.md, "Where this differs from the original"); here β > 0 creates the LL's reference
+# model and the KL terms act.
 MATH_STAGES=(
   mlmt.stages.schedule=[0,200]
   mlmt.stages.stage_ids=[1,2]
@@ -82,8 +84,8 @@ MATH_STAGES=(
   mlmt.stages.alpha=[0.0,10.0]
 )
 
-# SCoRe's stages (the seed's ScoRe.sh, MLMT_SPEC §3.4): stage I for 250 steps (β2 = 0.1, β_L = 0.01), then stage II
-# (β1 = 0.01, β_L = 0.01, α = 10). Used by recipes/score and recipes/rl_guided_score.
+# SCoRe's stages (the seed's ScoRe.sh; docs/METHOD.md, "SCoRe"): stage I for 250 steps (β2 = 0.1, β_L = 0.01), then
+# stage II (β1 = 0.01, β_L = 0.01, α = 10). Used by recipes/score and recipes/rl_guided_score.
 SCORE_STAGES=("${MATH_STAGES[@]}" mlmt.stages.schedule=[0,250])  # the same stages, switching at 250
 
 # One model on all GPUS devices (the baselines without a feedback writer).

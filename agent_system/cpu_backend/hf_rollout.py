@@ -18,7 +18,8 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from agent_system.cpu_backend.hf_server import HFRolloutServer, stop_tokens
+from agent_system.cpu_backend.hf_server import HFRolloutServer
+from agent_system.multi_turn_rollout.stopping import stop_tokens
 from agent_system.verl_compat import BaseRollout, RolloutReplica
 
 logger = logging.getLogger(__name__)

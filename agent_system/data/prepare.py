@@ -130,6 +130,77 @@ def _few_shot(rows: list[dict], pool_rows: list[dict], seed: int) -> list[dict]:
     return add_few_shot(copies, pool, FEW_SHOT, seed)
 
 
+# the local copies --data must hold (the datasets' own JSONL files)
+INPUT_FILES = (
+    "math/train.jsonl",
+    "math/test.jsonl",
+    "math500/test.jsonl",
+    "gsm8k/train.jsonl",
+    "gsm8k/test.jsonl",
+    "mbpp/mbpp.jsonl",
+    "mbpp/sanitized-mbpp.jsonl",
+)
+
+
+def missing_inputs_message(data_dir: str, out_dir: str, missing: list[str]) -> str:
+    """What ``--data`` lacks and the two ways to the data: local copies laid out as :data:`INPUT_FILES`, or one file
+    at a time from the Hugging Face hub."""
+    where = "does not exist" if not os.path.isdir(data_dir) else f"lacks {', '.join(missing)}"
+    return (
+        f"--data {data_dir} {where}. This command converts local copies of MATH, MATH-500, GSM8K and MBPP laid out "
+        f"as {', '.join(INPUT_FILES)}: point --data at such a folder. Online, make one file at a time from the "
+        f"Hugging Face hub instead, e.g. python -m agent_system.data.preprocess --dataset math500 --output "
+        f"{out_dir}/math500/test.parquet (--dataset math | math500 | gsm8k | mbpp with --split train | test)"
+    )
+
+
+# outputs of prepare_all that one preprocessor call from the hub also makes: name -> (--dataset, --split)
+_FROM_HUB = {
+    "math/train.parquet": ("math", "train"),
+    "math/test.parquet": ("math", "test"),
+    "math500/test.parquet": ("math500", "test"),
+    "gsm8k/test.parquet": ("gsm8k", "test"),
+}
+_OUTPUTS = (
+    *_FROM_HUB,
+    "math/val.parquet",
+    "gsm8k/train.parquet",
+    "gsm8k/val.parquet",
+    "gsm8k_5shot/train.parquet",
+    "gsm8k_5shot/val.parquet",
+    "gsm8k_5shot/test.parquet",
+    "mbpp/train.parquet",
+    "mbpp/val.parquet",
+    "mbpp/test.parquet",
+    "mbpp/mbpp.parquet",
+    "mbpp/sanitized.parquet",
+)
+
+
+def how_to_make(path: str) -> str:
+    """How to make a missing data file: this module's command when it writes a file of that name (``DIR`` the
+    folder it writes to), else the preprocessor's; the hub command too where one preprocessor call makes it."""
+    normalised = path.replace(os.sep, "/")
+    name = next((n for n in _OUTPUTS if normalised == n or normalised.endswith("/" + n)), None)
+    if name is None:
+        return (
+            "make it with python -m agent_system.data.preprocess --dataset math|math500|gsm8k|mbpp|mbpp_sanitized|"
+            f"yaml --output {path} [--input LOCAL_FILE] (without --input it reads the Hugging Face hub)"
+        )
+    folder = normalised[: -len(name)].rstrip("/") or "."
+    advice = (
+        f"make it with bash examples/data_preprocess/prepare_all.sh LOCAL_DATA_DIR {folder} (every data file, "
+        "with the held-out validation sets, from local copies of the datasets; see python -m agent_system.data."
+        "prepare --help)"
+    )
+    if name in _FROM_HUB:
+        dataset, split = _FROM_HUB[name]
+        advice += (
+            f", or online: python -m agent_system.data.preprocess --dataset {dataset} --split {split} --output {path}"
+        )
+    return advice
+
+
 def prepare_all(
     data_dir: str, out_dir: str, seed: int = DEFAULT_SEED, math_val: int = MATH_VAL, gsm8k_val: int = GSM8K_VAL
 ) -> dict[str, str]:
@@ -138,6 +209,10 @@ def prepare_all(
     Returns:
         ``{path relative to out_dir: absolute path}`` of every file written.
     """
+
+    missing = [name for name in INPUT_FILES if not os.path.isfile(os.path.join(data_dir, name))]
+    if missing:
+        raise FileNotFoundError(missing_inputs_message(data_dir, out_dir, missing))
 
     def read(dataset: str, name: str, skip_bad_rows: bool = False) -> list[dict]:
         return convert_rows(dataset, os.path.join(data_dir, name), None, skip_bad_rows=skip_bad_rows)[0]
@@ -218,7 +293,10 @@ def main(argv: list[str] | None = None) -> None:
         with open(EVAL_SETS_MODULE, "w", encoding="utf-8") as handle:
             handle.write(eval_sets_source(args.data))
         return
-    prepare_all(args.data, args.out, args.seed, args.math_val, args.gsm8k_val)
+    try:
+        prepare_all(args.data, args.out, args.seed, args.math_val, args.gsm8k_val)
+    except FileNotFoundError as error:  # the message names what is missing and how to make it
+        parser.exit(2, f"error: {error}\n")
 
 
 if __name__ == "__main__":

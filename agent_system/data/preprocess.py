@@ -53,7 +53,11 @@ def _input_files(input_path: str, spec: DatasetSpec, split: str | None) -> list[
     if os.path.isfile(input_path):
         return [input_path]
     if not os.path.isdir(input_path):
-        raise FileNotFoundError(f"--input {input_path} does not exist")
+        raise FileNotFoundError(
+            f"--input {input_path} does not exist: give a local copy of the dataset (a JSONL or parquet file, or a "
+            f"folder holding {_names(spec, split)}), or leave out --input to read {spec.hub_path} from the Hugging "
+            "Face hub (network needed)"
+        )
     stems = [s.format(split=split) for s in spec.local_names if split or "{split}" not in s]
     files = [
         path
@@ -65,8 +69,17 @@ def _input_files(input_path: str, spec: DatasetSpec, split: str | None) -> list[
         files = sorted(glob.glob(os.path.join(input_path, "*.jsonl")))
         files += sorted(glob.glob(os.path.join(input_path, "*.parquet")))
     if not files:
-        raise FileNotFoundError(f"no {stems or '*'}.jsonl / .parquet for this dataset in {input_path}")
+        raise FileNotFoundError(
+            f"--input {input_path} holds none of {_names(spec, split)}: give the file itself with --input FILE, or "
+            f"leave out --input to read {spec.hub_path} from the Hugging Face hub (network needed)"
+        )
     return files
+
+
+def _names(spec: DatasetSpec, split: str | None) -> str:
+    """The file names ``--input FOLDER`` is searched for, e.g. ``test.jsonl / test.parquet``."""
+    stems = [s.format(split=split) for s in spec.local_names if split or "{split}" not in s] or ["*"]
+    return " / ".join(f"{stem}{ext}" for stem in stems for ext in (".jsonl", ".parquet"))
 
 
 def _read_file(path: str) -> Iterator[tuple[int, dict | DataFormatError]]:
@@ -113,12 +126,23 @@ def _local_records(input_path: str, spec: DatasetSpec, split: str | None) -> Ite
                 yield path, number, record, label
 
 
+class HubUnavailableError(ConnectionError):
+    """The Hugging Face hub could not give the dataset (offline machine, unknown split); the message names --input."""
+
+
 def _hub_records(spec: DatasetSpec, split: str | None) -> Iterator[tuple[str, int, object, str]]:
     """Streams records from the Hugging Face hub (needs network access; not exercised by the tests)."""
     from datasets import load_dataset
 
     split = split or spec.default_split
-    dataset = load_dataset(spec.hub_path, spec.hub_config, split=split)
+    try:
+        dataset = load_dataset(spec.hub_path, spec.hub_config, split=split)
+    except OSError as error:  # ConnectionError offline, FileNotFoundError for an unknown split or dataset
+        raise HubUnavailableError(
+            f"could not read {spec.hub_path} (split {split}) from the Hugging Face hub: {error}. Offline, download "
+            "it where the hub is reachable and pass the file or folder with --input (e.g. --input "
+            f"/path/to/{spec.hub_path.rsplit('/', 1)[-1]}/{spec.default_split}.jsonl)"
+        ) from None
     source = f"hf://{spec.hub_path}[{spec.hub_config or 'default'}]/{split}"
     for number, record in enumerate(dataset, start=1):
         yield source, number, dict(record), split
@@ -234,17 +258,20 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--few-shot-seed", type=int, default=0, help="gsm8k: seed of each row's choice of examples")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    path, count, bad = preprocess(
-        args.dataset,
-        args.output,
-        args.input,
-        args.split,
-        args.limit,
-        args.skip_bad_rows,
-        args.few_shot,
-        args.few_shot_pool,
-        args.few_shot_seed,
-    )
+    try:
+        path, count, bad = preprocess(
+            args.dataset,
+            args.output,
+            args.input,
+            args.split,
+            args.limit,
+            args.skip_bad_rows,
+            args.few_shot,
+            args.few_shot_pool,
+            args.few_shot_seed,
+        )
+    except OSError as error:  # a missing --input, an unreachable hub: the message names the fix
+        parser.exit(2, f"error: {error}\n")
     logger.info("wrote %d rows to %s (%d bad rows skipped)", count, path, len(bad))
 
 

@@ -32,11 +32,16 @@ for one 0/1 value per problem, else a seeded bootstrap over problems):
 * ``outcomes``: per solver turn, the count of each grading outcome (``agent_system.eval.grading.OUTCOMES``: correct,
   wrong, no_answer, truncated, timeout, error); ``judge_verdicts`` with a judge;
 * ``by_subject`` / ``by_level``: MATH's subjects and levels, each with t1, final and lenient final accuracies;
-* ``truncated_solver`` / ``truncated_feedback``: turns that used their whole token budget.
+* ``truncated_solver`` / ``truncated_feedback``: turns that used their whole token budget;
+* with ``--hl``, ``leak_rate``: the share of feedbacks that state the problem's answer
+  (:mod:`agent_system.rewards.leak`), and ``leak_by_transition``: the number checked and the leak rate among the
+  feedbacks between a wrong (i) or right (c) answer and the refinement that followed (``i2c``, ``i2i``, ``c2c``,
+  ``c2i``).
 
 ``records.jsonl`` keeps per problem its ``unique_id``, ``subject`` and ``level``, and per sample and solver answer the
 extracted ``answer``, its ``outcome``, the grader's ``error`` message, ``correct``, ``lenient`` (with
-``lenient_answer``) and, with a judge, the judge's verdict (``not_asked``, ``yes``, ``no``, ``failed``).
+``lenient_answer``), with a judge the judge's verdict (``not_asked``, ``yes``, ``no``, ``failed``) and, with ``--hl``,
+``leak`` per feedback (true: it states the answer).
 
 No judge unless named: ``--judge-model`` and ``--judge-base-url`` (an OpenAI-compatible endpoint; the key from the
 environment variable ``--judge-api-key-env``, never from a file) ask it about each answer the rules found wrong, with
@@ -69,15 +74,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 from tqdm import tqdm
 
 from agent_system import console
-from agent_system.cpu_backend.hf_server import HFRolloutServer, stop_tokens
+from agent_system.cpu_backend.hf_server import HFRolloutServer
 from agent_system.eval.grading import JUDGE_VERDICTS, OUTCOMES, LenientGrader, judge_answers, outcome
 from agent_system.eval.stats import interval, paired_sign_test, pass_at_k
 from agent_system.multi_turn_rollout.episode import EpisodeRunner, EpisodeSettings, Turn
+from agent_system.multi_turn_rollout.stopping import stop_tokens
 from agent_system.prompts.templates import CHAT_TEMPLATE_DATE, TURNS_OF_FEEDBACK, PromptBuilder, Task
+from agent_system.rewards.leak import check_feedbacks, leak_rates
 
 logger = logging.getLogger(__name__)
 
@@ -258,6 +266,10 @@ def summarize(records: list[dict], mode: str, temperature: float = 0.0, judged: 
     columns["i_to_c"] = _per_problem(records, lambda s: not s["correct"][0] and s["correct"][-1])
     columns["c_to_i"] = _per_problem(records, lambda s: s["correct"][0] and not s["correct"][-1])
     columns["solved_any_turn"] = _per_problem(records, lambda s: any(s["correct"]))
+    # none for records written before the leak check, or of tasks it does not apply to (code: None)
+    leak = mode == "feedback" and all(None not in s.get("leak", [None]) for s in samples)
+    if leak:
+        columns["leak_rate"] = _per_problem(records, lambda s: sum(s["leak"]) / len(s["leak"]))
     if k > 1:
         for name, right in (
             ("t1", lambda s: s["correct"][0]),
@@ -285,6 +297,11 @@ def summarize(records: list[dict], mode: str, temperature: float = 0.0, judged: 
     if mode == "feedback":
         summary["truncated_feedback"] = _mean(cut for is_solver, cut in flags if not is_solver)
     summary["solver_answers_per_sample"] = len(samples[0]["correct"])
+    if leak:  # each feedback between the answer it critiques and the refinement it leads to
+        pairs = [(s["leak"][r], s["correct"][r], s["correct"][r + 1]) for s in samples for r in range(len(s["leak"]))]
+        rates = leak_rates(*(np.array(column, dtype=float) for column in zip(*pairs, strict=True)))
+        rates["leak_checked"] = int(rates["leak_checked"])  # a count
+        summary["leak_by_transition"] = {k.removeprefix("leak_rate_"): v for k, v in rates.items() if k != "leak_rate"}
     for key in ("subject", "level"):
         summary[f"by_{key}"] = breakdown(records, key, [t1, final, f"{final}_lenient"], columns)
     return summary
@@ -392,6 +409,13 @@ GRADING_NOTE = (
 )
 
 
+LEAK_NOTE = (
+    '**Leaks** (`leak_rate`): feedbacks that state the problem\'s answer (a box, "the answer is X", an ending '
+    '"= X" or number, equivalent to the gold under the grader\'s rules; `agent_system/rewards/leak.py`). By '
+    "transition: the share of leaking feedbacks among those between a wrong (i) or right (c) answer and the next."
+)
+
+
 def summary_markdown(summary: dict[str, Any], settings: dict[str, Any]) -> str:
     """``summary.md``: the metrics with their intervals, the outcomes per turn and the per-subject / level tables."""
     judge = settings.get("judge")
@@ -410,13 +434,17 @@ def summary_markdown(summary: dict[str, Any], settings: dict[str, Any]) -> str:
         "| metric | value | 95 % interval |",
         "|---|---|---|",
     ]
-    nested = ("decoding", "ci95", "outcomes", "judge_verdicts", "by_subject", "by_level")
+    nested = ("decoding", "ci95", "outcomes", "judge_verdicts", "by_subject", "by_level", "leak_by_transition")
     for key, value in summary.items():
         if key in nested:
             continue
         ci = summary["ci95"].get(key)
         bounds = f"[{ci[0]:.4f}, {ci[1]:.4f}] ({ci[2]})" if ci else ""
         lines.append(f"| {key} | {_cell(value)} | {bounds} |")
+    if "leak_by_transition" in summary:
+        by = summary["leak_by_transition"]
+        lines += ["", LEAK_NOTE, "", "| feedbacks checked | " + " | ".join(k for k in by if k != "leak_checked") + " |"]
+        lines += ["|---" * len(by) + "|", "| " + " | ".join(_cell(v) for v in by.values()) + " |"]
     tables = [("outcomes", "outcome of each solver answer (counts over problems × samples)")]
     if "judge_verdicts" in summary:
         tables.append(("judge_verdicts", "the judge's verdicts on the answers the rules found wrong"))
@@ -475,12 +503,28 @@ def validate(args: argparse.Namespace) -> None:
     args.records_version = RECORDS_VERSION
 
 
+def missing_data_message(data: str) -> str:
+    """What to do when ``--data`` does not exist: the preprocessor's command (hub or ``--input``), or ``--data``."""
+    return (
+        f"--data {data} does not exist. Make it with\n"
+        f"  python -m agent_system.data.preprocess --dataset math500 --output {data}\n"
+        "(reads HuggingFaceH4/MATH-500 from the Hugging Face hub; offline, add --input FILE, a local copy of "
+        "MATH-500's test.jsonl), or give --data PATH of a parquet written by agent_system.data.preprocess "
+        "(bash examples/data_preprocess/prepare_all.sh LOCAL_DATA_DIR data writes every data file)"
+    )
+
+
 def evaluate(args: argparse.Namespace) -> dict[str, Any]:
     """Evaluate what ``--out`` does not hold yet, then summarize every selected problem."""
     from agent_system.models.resolve import resolve_model_path
     from agent_system.rewards import RewardPool
 
     validate(args)
+    if not Path(args.data).is_file():  # before --out is created
+        raise EvalSettingsError(missing_data_message(args.data))
+    for flag, model in (("--ll", args.ll), ("--hl", args.hl)):  # a wrong path, before --out records it
+        if model:
+            resolve_model_path(model, flag)
     settings = result_settings(args)
     store = RecordStore(args.out, settings)
     frame = pd.read_parquet(args.data)
@@ -567,6 +611,10 @@ def grade(
     ]
     strict = pool.score(items)
     loose = lenient.grade([(s[p].text, gold[i]) for i, s, p in answers])
+    feedback_turns = [i for i in range(len(turns[0])) if i not in positions]  # --hl: turns 2, 4, ...
+    leaks = iter(
+        check_feedbacks(pool, [(s[p].text, rows[i]) for i in batch for s in samples[i] for p in feedback_turns])
+    )
     verdicts = ["not_asked"] * len(answers)
     if args.judge_config is not None:  # the rule-graded wrong answers, with the problem text
         asked = [n for n, r in enumerate(strict) if not r["acc"] and r["error"] is None and r["pred"]]
@@ -592,6 +640,8 @@ def grade(
             }
             if args.judge_config is not None:
                 entry["judge"] = [v for _, _, _, v in per_answer]
+            if feedback_turns:  # per feedback: it states the answer (agent_system.rewards.leak)
+                entry["leak"] = [_flag(next(leaks)) for _ in feedback_turns]
             out.append(entry)
         extra = rows[i].get("extra_info") or {}
         records.append(
@@ -604,6 +654,11 @@ def grade(
             }
         )
     return records
+
+
+def _flag(leak: float) -> bool | None:
+    """A feedback's leak check as a record holds it: True, False, or None where it does not apply (NaN)."""
+    return None if np.isnan(leak) else bool(leak)
 
 
 def problem_text(row: dict) -> str:

@@ -15,6 +15,7 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
+from agent_system.multi_turn_rollout.stopping import stop_tokens
 from agent_system.prompts.templates import Prompt, PromptBuilder, Task
 from agent_system.rewards.code_sandbox import SandboxLimits
 
@@ -117,8 +118,6 @@ class EpisodeRunner:
         sandbox_limits: SandboxLimits | None = None,
         feedback_tests: str = "shown",
     ) -> None:
-        from agent_system.cpu_backend.hf_server import stop_tokens
-
         self.ll, self.hl = ll, hl
         self.ll_tokenizer, self.hl_tokenizer = ll_tokenizer, hl_tokenizer
         self.prompts = prompts

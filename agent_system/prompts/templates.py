@@ -8,9 +8,9 @@ Three families, selected by the row's ``data_source`` (:func:`agent_system.rewar
   contrastive HL reward and of the confidence term).
 * code (``mbpp``): ``code_solve`` (a Python function in one fenced ```python block), ``code_feedback`` (a programming
   mentor gives guidance and no code, reading the attempt's execution result: how many tests passed and the first
-  failing test or the error, from the project's sandbox, as the original did, MLMT_SPEC §1.3), ``code_refine`` and
-  ``code_refine_no_feedback``. Which tests the solver sees is the data's choice: an MBPP row's problem shows its
-  first test as an example of the function's name and signature (``agent_system.data.sources``).
+  failing test or the error, from the project's sandbox, as the original did; docs/METHOD.md, "Turns and rewards"),
+  ``code_refine`` and ``code_refine_no_feedback``. Which tests the solver sees is the data's choice: an MBPP row's
+  problem shows its first test as an example of the function's name and signature (``agent_system.data.sources``).
 * yaml (``yaml_task``, a task defined in YAML): ``yaml_solve`` is the row's prompt itself (the task's ``main_prompt``
   and item prompt carry the instruction, as in recurve), ``yaml_feedback`` (a reviewer: what is wrong or missing, no
   answer), ``yaml_refine`` and ``yaml_refine_no_feedback`` (answer again, in the form the task asks for).

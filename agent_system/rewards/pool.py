@@ -49,7 +49,7 @@ def _worker_main(conn: Connection, timeout_s: float, judge) -> None:
                 item["ground_truth"],
                 item.get("extra_info"),
                 timeout_s=inner_s,
-                judge=judge,
+                judge=None if item.get("rules_only") else judge,  # leak candidates (rewards/leak.py): rules only
                 sandbox_limits=limits,
                 prompt_str=item.get("prompt_str"),
             )

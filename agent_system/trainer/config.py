@@ -147,6 +147,15 @@ def validate_config(config: DictConfig) -> None:
         raise ConfigError(f"mlmt.reward.reg_gap={mlmt.reward.reg_gap}: the snapshot refresh period must be >= 1")
     if mlmt.reward.confidence_lambda < 0 or mlmt.reward.confidence_clip <= 0:
         raise ConfigError("mlmt.reward.confidence_lambda must be >= 0 and mlmt.reward.confidence_clip > 0")
+    leak_penalty = mlmt.reward.leak_penalty  # agent_system/rewards/leak.py
+    if leak_penalty < 0:
+        raise ConfigError(f"mlmt.reward.leak_penalty={leak_penalty}: must be >= 0 (0: off)")
+    if leak_penalty > 0 and (not has_hl(config) or mlmt.hl.freeze or mlmt.reward.hl_reward == "value_shaped"):
+        raise ConfigError(
+            f"mlmt.reward.leak_penalty={leak_penalty} with mlmt.feedback={mlmt.feedback}, mlmt.hl.freeze="
+            f"{mlmt.hl.freeze}, mlmt.reward.hl_reward={mlmt.reward.hl_reward}: the penalty is part of a trained HL's "
+            "reward (not of value_shaped's), so it cannot act; set leak_penalty=0"
+        )
     if mlmt.placement not in ("split", "colocated"):
         raise ConfigError(f"mlmt.placement={mlmt.placement!r}: choose split or colocated")
     if mlmt.ll.freeze and mlmt.hl.freeze:
@@ -168,6 +177,7 @@ def validate_config(config: DictConfig) -> None:
         raise ConfigError(f"mlmt.stages.kl_in={stages.kl_in!r}: choose one of {KL_IN}")
     _check_ref_refresh(config)
     _reject_inert(config)
+    _reject_inert_torch_compile(config)
     _reject_cannot_act(config)
     from agent_system.methods.value_shaping.shaping import config_errors
 
@@ -241,6 +251,44 @@ def _check_archer(config: DictConfig) -> None:
 def has_hl(config: DictConfig) -> bool:
     """Whether the run has a feedback writer (``mlmt.feedback=model``): else the HL's workers are never started."""
     return config.mlmt.feedback == "model"
+
+
+def reference_needed(config: DictConfig) -> dict[str, bool]:
+    """Per level: whether its workers need a reference model (a β > 0 in any stage, or the actor's own KL loss)."""
+    stages = config.mlmt.stages
+    return {
+        "ll": any(b > 0 for b in [*stages.beta1, *stages.beta2, *stages.beta_l])
+        or bool(config.actor_rollout_ref.actor.use_kl_loss),
+        "hl": has_hl(config) and (any(b > 0 for b in stages.beta_h) or bool(config.hl.actor.use_kl_loss)),
+    }
+
+
+def level_nodes(config: DictConfig, level: str) -> list[int]:
+    """Processes per node of a level's own pool (``mlmt.<level>_gpus`` devices), verl's ``process_on_nodes``.
+
+    One node when the job has one node (``trainer.nnodes=1``) or the level fits on one (``trainer.n_gpus_per_node``);
+    else ``[n_gpus_per_node] * (devices / n_gpus_per_node)`` whole nodes.
+
+    Raises:
+        ConfigError: The devices are not a whole number of nodes, or need more nodes than ``trainer.nnodes``.
+    """
+    key = f"mlmt.{level}_gpus"
+    devices, per_node, nnodes = config.mlmt[f"{level}_gpus"], config.trainer.n_gpus_per_node, config.trainer.nnodes
+    if devices < 1:
+        raise ConfigError(f"{key}={devices}: a level needs at least one device")
+    if nnodes <= 1 or devices <= per_node:
+        return [devices]
+    if devices % per_node:
+        raise ConfigError(
+            f"{key}={devices} spans nodes of trainer.n_gpus_per_node={per_node} devices: use a multiple of {per_node} "
+            f"(whole nodes) or at most {per_node} (one node)"
+        )
+    if devices // per_node > nnodes:
+        raise ConfigError(
+            f"{key}={devices} needs {devices // per_node} nodes of trainer.n_gpus_per_node={per_node}, but "
+            f"trainer.nnodes={nnodes}"
+        )
+    return [per_node] * (devices // per_node)
 
 
 def _check_without_hl(config: DictConfig) -> None:
@@ -329,9 +377,28 @@ def _reject_cannot_act(config: DictConfig) -> None:
         )
 
 
+def _reject_inert_torch_compile(config: DictConfig) -> None:
+    """Reject ``<tree>.actor.use_torch_compile`` set unlike ``<tree>.actor.fsdp_config.use_torch_compile``.
+
+    verl 0.9.1's engine workers read torch.compile from the engine config (``fsdp_config``); the actor's own key is
+    read by nothing, so a value different from the engine's would be silently ignored.
+    """
+    errors = []
+    for tree in ("actor_rollout_ref", "hl"):
+        inert = OmegaConf.select(config, f"{tree}.actor.use_torch_compile", default=None)
+        read = OmegaConf.select(config, f"{tree}.actor.fsdp_config.use_torch_compile", default=None)
+        if inert is not None and read is not None and bool(inert) != bool(read):
+            errors.append(
+                f"{tree}.actor.use_torch_compile={inert} is never read (verl's engine reads "
+                f"{tree}.actor.fsdp_config.use_torch_compile={read}); set "
+                f"{tree}.actor.fsdp_config.use_torch_compile={inert} instead"
+            )
+    if errors:
+        raise ConfigError("; ".join(errors))
+
+
 def _reject_inert(config: DictConfig) -> None:
-    """Reject knobs that provably cannot change any update (docs/METHOD.md, "Turns and rewards" and "Groups and
-    advantages"; issue 8).
+    """Reject knobs that provably cannot change any update (docs/METHOD.md, "Groups and advantages").
 
     A reward term that is constant inside every group of a group-baseline estimator (grpo, rloo) cancels: GRPO's
     advantages are unchanged and RLOO's only rescaled. HL groups are the m feedbacks on one attempt, so R1 and the

@@ -25,7 +25,11 @@ def export_checkpoint(run_dir: str, step: int | None = None, out: str | None = N
     root = Path(run_dir) / "checkpoints"
     step = step if step is not None else st.latest_step(root)
     if step is None:
-        raise FileNotFoundError(f"no complete checkpoint under {root} (looked for {st.LATEST})")
+        raise FileNotFoundError(
+            f"no complete checkpoint under {root} (looked for {st.LATEST}): give --run-dir the "
+            "trainer.default_local_dir of a run that saved one (trainer.save_freq > 0 saves every N steps and at "
+            "the last; bash scripts/run_main.sh writes outputs/mlmt_rl/default)"
+        )
     source = st.step_dir(root, step)
     target = Path(out) if out else Path(run_dir) / "export" / f"global_step_{step}"
     written = {}
@@ -48,7 +52,10 @@ def main() -> None:
     parser.add_argument("--out", default=None, help="output folder (default: <run-dir>/export/global_step_N)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    export_checkpoint(args.run_dir, args.step, args.out)
+    try:
+        export_checkpoint(args.run_dir, args.step, args.out)
+    except FileNotFoundError as error:  # no checkpoint: the message names the run folder to give
+        parser.exit(2, f"error: {error}\n")
 
 
 if __name__ == "__main__":

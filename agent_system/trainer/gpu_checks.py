@@ -35,9 +35,9 @@ passed as arguments, so it is unit-tested on a machine without a GPU; the thin r
   ``<role>.fsdp_config.use_torch_compile`` is true and never reads ``<role>.use_torch_compile``; a value of the
   latter that differs from the former would not act, and is refused by name.
 
-:func:`memory_estimate` (item 9 of the GPU issue) gives a level's per-device memory from the model's config: the
-actor's fp32 parameters, gradients and Adam state (FSDP-sharded), the reference (bf16, sharded), the critic (like the
-actor), the vLLM budget and its KV capacity in sequences of ``max_model_len`` tokens.
+The per-device memory estimate (item 9 of the GPU issue) is part of the run plan
+(:mod:`agent_system.trainer.memory_estimate`): ``main.preflight`` logs it at start-up, before Ray, with a warning when a
+device's sum exceeds the device. Here ``mlmt.plan_device_gib`` is checked with the other device settings.
 """
 
 from __future__ import annotations
@@ -47,11 +47,11 @@ import os
 import re
 import subprocess
 from dataclasses import dataclass
-from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from agent_system.trainer.config import ConfigError, has_hl
+from agent_system.trainer.memory_estimate import device_memory_setting
 
 logger = logging.getLogger(__name__)
 
@@ -72,7 +72,7 @@ def pool_demands(config: DictConfig, device_resource: str) -> list[Demand]:
     shared one (``colocated``), the lagged snapshot's (``mlmt.reward.contrastive_reference=lagged_snapshot``, shaped
     like the LL's) and the ArCHer critic's actor (``mlmt.archer.num_gpus`` devices, no CPU slot).
     """
-    from agent_system.trainer.placement import level_nodes
+    from agent_system.trainer.config import level_nodes
 
     def bundle(processes: int) -> dict[str, float]:
         return {"CPU": float(processes), device_resource: float(processes)}
@@ -484,12 +484,9 @@ def prepare_devices(config: DictConfig, user_overrides: list[str]) -> None:
 
     merge_ray_runtime_env(config, verl_compat.get_ppo_ray_runtime_env(config))
     logger.info("vLLM engines: %s", ", ".join(rollout_memory(config, user_keys)) or "as configured")
+    device_memory_setting(config)  # mlmt.plan_device_gib, used by the run plan's memory estimate
     if on_gpu:
         check_driver()
-        import torch
-
-        for line in device_memory_warnings(config, torch.cuda.get_device_properties(0).total_memory):
-            (logger.warning if line.startswith("does not fit") else logger.info)("GPU memory estimate: %s", line)
         flash_attn, reason = flash_attn_importable()
         changed = attention_fallback(config, on_gpu, flash_attn)
         if changed:
@@ -499,108 +496,3 @@ def prepare_devices(config: DictConfig, user_overrides: list[str]) -> None:
                 reason,
                 ", ".join(changed),
             )
-
-
-@dataclass(frozen=True)
-class MemoryEstimate:
-    """Per-device memory of one level, in bytes, and the vLLM engine's KV capacity (module docstring)."""
-
-    parameters: int  # of the model
-    actor: int  # fp32 parameters + gradients + Adam's two moments, sharded over the level's ranks
-    reference: int  # bf16 parameters, sharded
-    critic: int  # like the actor (0 without a critic)
-    vllm_budget: int  # gpu_memory_utilization x device memory
-    kv_sequences: int  # sequences of max_model_len tokens the budget holds beside the bf16 weights (per replica)
-    device: int
-
-    @property
-    def total(self) -> int:
-        return self.actor + self.reference + self.critic + self.vllm_budget
-
-    @property
-    def fits(self) -> bool:
-        return self.total <= self.device
-
-
-def parameter_count(hf_config: dict) -> int:
-    """Parameters of a Llama-shaped decoder from its ``config.json`` values (embeddings tied or not)."""
-    hidden, layers, inter = hf_config["hidden_size"], hf_config["num_hidden_layers"], hf_config["intermediate_size"]
-    head_dim = hf_config.get("head_dim") or hidden // hf_config["num_attention_heads"]
-    q_dim = hf_config["num_attention_heads"] * head_dim
-    kv_dim = hf_config.get("num_key_value_heads", hf_config["num_attention_heads"]) * head_dim
-    per_layer = hidden * q_dim * 2 + hidden * kv_dim * 2 + 3 * hidden * inter + 2 * hidden
-    embeddings = hf_config["vocab_size"] * hidden * (1 if hf_config.get("tie_word_embeddings", False) else 2)
-    return embeddings + layers * per_layer + hidden
-
-
-def memory_estimate(
-    hf_config: dict,
-    ranks: int,
-    device_bytes: int,
-    gpu_memory_utilization: float,
-    max_model_len: int,
-    tensor_parallel: int = 1,
-    reference: bool = False,
-    critic: bool = False,
-) -> MemoryEstimate:
-    """A level's memory on each of its ``ranks`` devices (a critic has the policy's shape)."""
-    params = parameter_count(hf_config)
-    head_dim = hf_config.get("head_dim") or hf_config["hidden_size"] // hf_config["num_attention_heads"]
-    kv_heads = hf_config.get("num_key_value_heads", hf_config["num_attention_heads"])
-    kv_per_token = 2 * hf_config["num_hidden_layers"] * kv_heads * head_dim * 2  # K and V, bf16
-    budget = int(gpu_memory_utilization * device_bytes)
-    kv_bytes = max(budget - 2 * params // tensor_parallel, 0) * tensor_parallel  # a replica's KV over its devices
-    return MemoryEstimate(
-        parameters=params,
-        actor=16 * params // ranks,
-        reference=2 * params // ranks if reference else 0,
-        critic=16 * params // ranks if critic else 0,
-        vllm_budget=budget,
-        kv_sequences=kv_bytes // (kv_per_token * max_model_len),
-        device=device_bytes,
-    )
-
-
-def device_memory_warnings(config: DictConfig, device_bytes: int) -> list[str]:
-    """The :func:`memory_estimate` of each level on its devices (both levels on each device when colocated), as
-    lines to log; a line starting with ``"does not fit"`` when a device's sum exceeds ``device_bytes``."""
-    import json
-
-    from agent_system.trainer.main import reference_needed
-
-    use_ref = reference_needed(config)
-    trees = list(zip(POLICY_TREES, ("ll", "hl"), strict=True))[: 2 if has_hl(config) else 1]
-    colocated = config.mlmt.placement == "colocated"
-    estimates = {}
-    for tree, level in trees:
-        with open(Path(config[tree].model.path) / "config.json") as handle:
-            hf_config = json.load(handle)
-        rollout = config[tree].rollout
-        ranks = config.trainer.n_gpus_per_node * config.trainer.nnodes if colocated else config.mlmt[f"{level}_gpus"]
-        estimates[level] = memory_estimate(
-            hf_config,
-            ranks,
-            device_bytes,
-            rollout.gpu_memory_utilization,
-            rollout.max_model_len,
-            rollout.tensor_model_parallel_size,
-            reference=use_ref[level],
-            critic=_uses_critic(config, level),
-        )
-    gib = 2**30
-    lines = [
-        f"{level}: {e.parameters / 1e9:.2f}B parameters; per device: actor {e.actor / gib:.1f} GiB, reference "
-        f"{e.reference / gib:.1f}, critic {e.critic / gib:.1f}, vLLM {e.vllm_budget / gib:.1f} (KV for "
-        f"{e.kv_sequences} sequences of {config[tree].rollout.max_model_len} tokens) = {e.total / gib:.1f} GiB"
-        for (tree, level), e in zip(trees, estimates.values(), strict=True)
-    ]
-    groups = [list(estimates)] if colocated else [[level] for level in estimates]
-    for group in groups:
-        total = sum(estimates[level].total for level in group)
-        if total > device_bytes:
-            lines.append(
-                f"does not fit: {' + '.join(group)} need about {total / gib:.1f} GiB on each device of "
-                f"{device_bytes / gib:.1f} GiB (estimate, activations excluded); lower rollout.gpu_memory_utilization, "
-                "use more devices per level, or offload (actor.fsdp_config.param_offload / optimizer_offload)"
-            )
-    return lines

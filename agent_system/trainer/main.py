@@ -81,25 +81,17 @@ def prepare_config(config: DictConfig, user_overrides: list[str]) -> DictConfig:
 
 
 def _read_frame(path: str | None) -> pd.DataFrame | None:
+    from agent_system.data.prepare import how_to_make
+
     if not path:
         return None
     paths = list(path) if not isinstance(path, str) else [path]
     for p in paths:
         if not Path(os.path.expanduser(p)).is_file():
-            raise FileNotFoundError(f"data file {p} does not exist (data.train_files / data.val_files)")
+            raise FileNotFoundError(
+                f"data file {p} does not exist (data.train_files / data.val_files): {how_to_make(p)}"
+            )
     return pd.concat([pd.read_parquet(os.path.expanduser(p)) for p in paths], ignore_index=True)
-
-
-def reference_needed(config: DictConfig) -> dict[str, bool]:
-    """Per level: whether its workers need a reference model (a β > 0 in any stage, or the actor's own KL loss)."""
-    from agent_system.trainer.config import has_hl
-
-    stages = config.mlmt.stages
-    return {
-        "ll": any(b > 0 for b in [*stages.beta1, *stages.beta2, *stages.beta_l])
-        or bool(config.actor_rollout_ref.actor.use_kl_loss),
-        "hl": has_hl(config) and (any(b > 0 for b in stages.beta_h) or bool(config.hl.actor.use_kl_loss)),
-    }
 
 
 def set_schedule_horizon(config: DictConfig, train_rows: int) -> dict[str, int]:
@@ -162,7 +154,8 @@ def preflight(config: DictConfig):
     json_path, _ = write_plan(plan, config.trainer.default_local_dir)
     for notice in plan.notices:
         logger.warning("%s", notice)
-    logger.info("run plan (also in %s):\n%s", json_path, render_markdown(plan))
+    # the full plan goes to the console only with mlmt.plan_only (or MLMT_SHOW_ALL_LOGS=1); else to logs/driver.log
+    logger.info("run plan (also in %s):\n%s", json_path, render_markdown(plan), extra={"console": False})
     return plan
 
 
@@ -218,7 +211,8 @@ def build_trainer(config: DictConfig):
     from agent_system.rewards import RewardPool
     from agent_system.rewards.code_sandbox import SandboxLimits
     from agent_system.rewards.judge import trainer_judge
-    from agent_system.trainer.config import has_hl
+    from agent_system.trainer.config import has_hl, reference_needed
+    from agent_system.trainer.console import phase
     from agent_system.trainer.mlmt_trainer import MLMTTrainer
     from agent_system.trainer.placement import build_workers, critic_levels
     from agent_system.trainer.turn_kl import ActorWorker
@@ -242,8 +236,9 @@ def build_trainer(config: DictConfig):
         for extension in extensions:
             actor_classes[level] = extension.actor_class(level, actor_classes[level])
     groups, critics = build_workers(config, use_ref, critic_levels(config), actor_classes)  # none for a frozen level
-    for group in groups.values():
-        group.init()
+    for level, group in groups.items():
+        with phase(f"{level.upper()} workers and rollout server"):
+            group.init()
     for critic in critics.values():
         critic.init()
     snapshot = None
@@ -280,12 +275,15 @@ def build_trainer(config: DictConfig):
 def run_mlmt(config: DictConfig) -> dict:
     """Entry of ``python -m verl.trainer.main_mlmt``: the run plan, then train and log a short summary.
 
+    The console shows the start-up summary, phases, one line per step, warnings, errors and the summary; the rest of
+    the driver's output and every worker's goes to ``<trainer.default_local_dir>/logs/`` (``MLMT_SHOW_ALL_LOGS=1``
+    keeps it all on the console): see :mod:`agent_system.trainer.console`.
+
     ``mlmt.plan_only=true`` logs and writes the plan, then returns ``{"plan", "out_dir"}`` without starting Ray.
     """
-    import ray
-
     from agent_system import console
-    from agent_system.trainer.stop_request import EXIT_STOPPED, STOP_REQUEST
+    from agent_system.trainer.console import RunConsole
+    from agent_system.trainer.stop_request import STOP_REQUEST
 
     _setup_logging()
     console.keep_root_log_level()
@@ -294,47 +292,74 @@ def run_mlmt(config: DictConfig) -> dict:
     out_dir = Path(config.trainer.default_local_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("TENSORBOARD_DIR", str(out_dir / "tensorboard"))
-    plan = preflight(config)  # before Ray and any worker
     if config.mlmt.plan_only:
+        plan = preflight(config)  # logged in full on the console
         STOP_REQUEST.uninstall()
         return {"plan": plan.to_json(), "out_dir": str(out_dir)}
+    try:
+        with RunConsole(out_dir) as run_console:
+            return _train(config, run_console)
+    finally:
+        STOP_REQUEST.uninstall()
+
+
+def _train(config: DictConfig, run_console) -> dict:
+    """Preflight, Ray, the workers, training and the summary, with the driver's output in ``<run>/logs/``."""
+    import ray
+
+    from agent_system import verl_plugin
+    from agent_system.trainer.console import ConsoleTracker, phase, ray_settings, startup_summary
+    from agent_system.trainer.stop_request import EXIT_STOPPED, STOP_REQUEST
+
+    plan = preflight(config)  # before Ray and any worker
+    for line in startup_summary(plan, config, "CPU" if verl_plugin.CPU_BACKEND_ACTIVE else "GPU"):
+        logger.info("%s", line)
     started_ray = not ray.is_initialized()
     if started_ray:
         ray_init = OmegaConf.to_container(config.ray_kwargs.ray_init, resolve=True)
         runtime_env = {k: v for k, v in (ray_init.pop("runtime_env", None) or {}).items() if v is not None}
+        init_logs, env_logs = ray_settings(run_console.log_dir)  # workers' output to <run>/logs/ (not to the driver)
         runtime_env.setdefault("env_vars", {}).update(
             {
                 "TOKENIZERS_PARALLELISM": "false",
                 "VERL_PLATFORM": os.environ.get("VERL_PLATFORM", ""),
                 # vLLM's per-request INFO lines drown the step metrics (verl's own trainer sets the same)
                 "VLLM_LOGGING_LEVEL": os.environ.get("VLLM_LOGGING_LEVEL", "WARNING"),
+                **env_logs.pop("env_vars", {}),
             }
         )
-        if os.environ.get("RAY_ADDRESS"):  # an existing cluster (Slurm scripts): its resources are already set
-            ray.init(address=os.environ["RAY_ADDRESS"], runtime_env=runtime_env)
-        else:
-            resources = {k: v for k, v in ray_init.items() if v is not None}
-            # address="local": always a new local instance, never a cluster some `ray start` left on this machine
-            ray.init(address="local", **resources, include_dashboard=False, runtime_env=runtime_env)
+        runtime_env.update(env_logs)
+        with phase("Ray"):
+            if os.environ.get("RAY_ADDRESS"):  # an existing cluster (Slurm scripts): its resources are already set
+                ray.init(address=os.environ["RAY_ADDRESS"], runtime_env=runtime_env, **init_logs)
+            else:
+                resources = {k: v for k, v in ray_init.items() if v is not None}
+                # address="local": always a new local instance, never a cluster some `ray start` left on this machine
+                ray.init(address="local", **resources, include_dashboard=False, runtime_env=runtime_env, **init_logs)
         alive = [node for node in ray.nodes() if node["Alive"]]
         logger.info("Ray: %d alive node(s), resources %s", len(alive), ray.cluster_resources())
     trainer = None
     try:
         trainer = build_trainer(config)
-        summary = trainer.fit()
+        trainer.tracker = ConsoleTracker(trainer.tracker, plan.total_steps)  # one console line per step
+        with run_console.training():
+            summary = trainer.fit()
     finally:
         STOP_REQUEST.uninstall()
         if trainer is not None:
             trainer.reward_pool.close()
         if started_ray:
             ray.shutdown()
-    _log_summary(summary)
+    val_rows = 0 if trainer.val_frame is None else len(trainer.val_frame)
+    _log_summary(summary, trainer.history, val_rows, plan)
     if summary.get("stopped_at") is not None:  # stopped on request with a checkpoint: the same command continues
         raise SystemExit(EXIT_STOPPED)
     return summary
 
 
-def _log_summary(summary: dict) -> None:
+def _log_summary(summary: dict, history: list[dict], val_rows: int, plan) -> None:
+    from agent_system.trainer.console import final_summary
+
     def pick(metrics):
         if not metrics:
             return "n/a"
@@ -351,3 +376,5 @@ def _log_summary(summary: dict) -> None:
         os.environ.get("TENSORBOARD_DIR"),
         summary["plot"],
     )
+    for line in final_summary(history, summary["first_val"], summary["last_val"], val_rows, plan):
+        logger.info("%s", line)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
+from agent_system.rewards.leak import leak_rates
 from agent_system.trainer.rows import StepScores
 
 logger = logging.getLogger(__name__)
@@ -45,6 +46,8 @@ def episode_metrics(episodes, scores: StepScores, prefix: str) -> dict[str, floa
                 "ll_refinement_length": float(np.mean([len(t.response_ids) for t in refinements])),
             }
         )
+        if scores.leak is not None:  # leak_rate, leak_rate_i2c, ...: feedbacks stating the answer
+            metrics.update(leak_rates(scores.leak, first, final))
     if feedbacks:
         metrics["hl_feedback_length"] = float(np.mean([len(t.response_ids) for t in feedbacks]))
     if scores.r_ref_feedback is not None:  # the lagged LL snapshot on the same prompts
@@ -92,6 +95,8 @@ def trajectory_records(problems, episodes, scores: StepScores) -> list[dict]:
                 )
                 if episode.task.kind == "code":
                     records[-1]["execution_result"] = attempt.execution
+                if scores.leak is not None and not np.isnan(scores.leak[episode.problem_index, j, k]):
+                    records[-1]["leak"] = bool(scores.leak[episode.problem_index, j, k])  # feedback states y*
                 r_ref = scores.r_ref_at(episode.problem_index, j, k)
                 if r_ref is not None:
                     records[-1]["R_ref"] = r_ref

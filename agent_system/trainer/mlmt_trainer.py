@@ -36,12 +36,13 @@ from agent_system import verl_compat as vc
 from agent_system.multi_turn_rollout.batch import build_rows, padding_id
 from agent_system.multi_turn_rollout.episode import Episode, EpisodeRunner, EpisodeSettings
 from agent_system.prompts.templates import Task
-from agent_system.rewards import grading_context
+from agent_system.rewards import grading_context, leak
 from agent_system.trainer import advantages as adv
 from agent_system.trainer import plan as run_plan
 from agent_system.trainer import state as st
 from agent_system.trainer.hooks import Extension
 from agent_system.trainer.metrics import episode_metrics, plot_history, trajectory_records
+from agent_system.trainer.policy import SyncCounter, awake
 from agent_system.trainer.rows import LevelInputs, LevelRows, StepData, StepScores
 from agent_system.trainer.schedule import levels_to_update
 from agent_system.trainer.stop_request import STOP_REQUEST
@@ -101,8 +102,9 @@ class MLMTTrainer:
         self.resume()
         stop = STOP_REQUEST.install()  # SIGUSR1 / SIGTERM: stop after the current step, with a checkpoint
         first_metrics = None
+        syncs = SyncCounter([*self.groups.values(), *([self.snapshot.group] if self.snapshot else [])])
         if self.config.trainer.val_before_train and self.global_step == 0 and self.val_frame is not None:
-            first_metrics = self.validate()
+            first_metrics = self.validate() | syncs.take()
             self.tracker.log(first_metrics, step=0)
             self.history.append({"step": 0, **first_metrics})
         last_val = first_metrics
@@ -142,6 +144,7 @@ class MLMTTrainer:
             if self._due(self.config.trainer.test_freq, step, total) and self.val_frame is not None:
                 last_val = self.validate()
                 metrics.update(last_val)
+            metrics.update(syncs.take())  # perf/weight_syncs/<level>: pushes actor -> rollout servers this step
             self.tracker.log(metrics, step=step)
             self.history.append({"step": step, **metrics})
             self.write_trajectories(step, problems, episodes, scores)
@@ -184,13 +187,8 @@ class MLMTTrainer:
             feedback=self.mlmt.feedback,
         )
         tasks = [Task.from_row(row) for row in problems]
-        for group in self.groups.values():
-            group.wake_up(self.global_step)
-        try:
+        with awake(self.groups.values(), self.global_step):  # inside validate()'s session: no wake, no sleep
             return asyncio.run(self.runner.run(tasks, settings))
-        finally:
-            for group in self.groups.values():
-                group.sleep()
 
     def _contrastive(self, reference: str) -> bool:
         reward = self.mlmt.reward
@@ -227,11 +225,12 @@ class MLMTTrainer:
         flat = np.array([r["score"] for r in self.reward_pool.score(items)], dtype=np.float64)
         grid = flat.reshape(b, n, -1)  # (B, n, 1 + m [+ 1 | + m])
         r1, r3, rest = grid[:, :, 0], grid[:, :, 1 : 1 + m], grid[:, :, 1 + m :]
+        leaks = leak.leak_scores(problems, episodes, self.reward_pool).get("leak")  # (B, n, m): feedback states y*
         if references is not None:
-            return StepScores(r1=r1, r3=r3, r_ref_feedback=rest)
+            return StepScores(r1=r1, r3=r3, r_ref_feedback=rest, leak=leaks)
         if no_feedback:
-            return StepScores(r1=r1, r3=r3, r_ref_attempt=rest[:, :, 0])
-        return StepScores(r1=r1, r3=r3)
+            return StepScores(r1=r1, r3=r3, r_ref_attempt=rest[:, :, 0], leak=leaks)
+        return StepScores(r1=r1, r3=r3, leak=leaks)
 
     def train_levels(
         self, levels: list[str], problems, episodes, scores, stage, timing: dict, concurrent: bool = True
@@ -360,15 +359,17 @@ class MLMTTrainer:
         """
         size = self.config.data.val_batch_size
         results, records = defaultdict(list), []
-        for start in range(0, len(self.val_frame), size):
-            problems = [r.to_dict() for _, r in self.val_frame.iloc[start : start + size].iterrows()]
-            episodes = self.rollout(problems, validate=True)
-            scores = self.score(problems, episodes)
-            records += trajectory_records(problems, episodes, scores)
-            for key, value in episode_metrics(episodes, scores, prefix="val").items():
-                results[key].append((value, len(problems)))
+        with awake(self.groups.values(), self.global_step):  # one wake-up (and weight sync) for all the batches
+            for start in range(0, len(self.val_frame), size):
+                problems = [r.to_dict() for _, r in self.val_frame.iloc[start : start + size].iterrows()]
+                episodes = self.rollout(problems, validate=True)
+                scores = self.score(problems, episodes)
+                records += trajectory_records(problems, episodes, scores)
+                for key, value in episode_metrics(episodes, scores, prefix="val").items():
+                    results[key].append((value, len(problems)))
         self._write_jsonl(self.out_dir / "trajectories" / f"val_step_{self.global_step}.jsonl", records)
-        return {k: sum(v * w for v, w in vals) / sum(w for _, w in vals) for k, vals in results.items()}
+        metrics = {k: sum(v * w for v, w in vals) / sum(w for _, w in vals) for k, vals in results.items()}
+        return metrics | leak.record_leak_metrics(records, "val")  # leak rates pooled over the batches
 
     # ------------------------------------------------------------------------------------------------ outputs
     def write_trajectories(self, step: int, problems, episodes: list[Episode], scores) -> None:

@@ -2,7 +2,7 @@
 
 ``mlmt.placement=split``: one resource pool per level (``mlmt.ll_gpus`` / ``mlmt.hl_gpus`` processes each, on one
 node, or spread over ``mlmt.<level>_gpus / trainer.n_gpus_per_node`` whole nodes when the job has several nodes and the
-level has more devices than one node: :func:`level_nodes`); a level's critic (``adv_estimator=gae``) is fused into
+level has more devices than one node: ``config.level_nodes``); a level's critic (``adv_estimator=gae``) is fused into
 the same processes as the level's actor, as verl colocates its own actor and critic, so it never asks for devices of
 its own. ``colocated``: one pool of ``trainer.n_gpus_per_node × trainer.nnodes`` processes, each hosting both
 levels' workers (and critics). Fusing uses verl's ``create_colocated_worker_cls``.
@@ -20,7 +20,7 @@ from typing import Any
 from omegaconf import DictConfig, open_dict
 
 from agent_system import verl_compat as vc
-from agent_system.trainer.config import has_hl, level_view
+from agent_system.trainer.config import has_hl, level_nodes, level_view
 from agent_system.trainer.critic import CriticGroup
 from agent_system.trainer.policy import PolicyGroup
 
@@ -86,36 +86,6 @@ def build_workers(
     groups = {level: PolicyGroup(level, views[level], spawned[f"{level}_actor"], use_ref[level]) for level in levels}
     critics = {level: CriticGroup(level, views[level], spawned[f"{level}_critic"]) for level in critic_levels}
     return groups, critics
-
-
-def level_nodes(config: DictConfig, level: str) -> list[int]:
-    """Processes per node of a level's own pool (``mlmt.<level>_gpus`` devices), verl's ``process_on_nodes``.
-
-    One node when the job has one node (``trainer.nnodes=1``) or the level fits on one (``trainer.n_gpus_per_node``);
-    else ``[n_gpus_per_node] * (devices / n_gpus_per_node)`` whole nodes.
-
-    Raises:
-        ConfigError: The devices are not a whole number of nodes, or need more nodes than ``trainer.nnodes``.
-    """
-    from agent_system.trainer.config import ConfigError
-
-    key = f"mlmt.{level}_gpus"
-    devices, per_node, nnodes = config.mlmt[f"{level}_gpus"], config.trainer.n_gpus_per_node, config.trainer.nnodes
-    if devices < 1:
-        raise ConfigError(f"{key}={devices}: a level needs at least one device")
-    if nnodes <= 1 or devices <= per_node:
-        return [devices]
-    if devices % per_node:
-        raise ConfigError(
-            f"{key}={devices} spans nodes of trainer.n_gpus_per_node={per_node} devices: use a multiple of {per_node} "
-            f"(whole nodes) or at most {per_node} (one node)"
-        )
-    if devices // per_node > nnodes:
-        raise ConfigError(
-            f"{key}={devices} needs {devices // per_node} nodes of trainer.n_gpus_per_node={per_node}, but "
-            f"trainer.nnodes={nnodes}"
-        )
-    return [per_node] * (devices // per_node)
 
 
 def _worker_groups(pool: Any, classes: dict[str, Any], name: str) -> dict[str, Any]:

@@ -4,8 +4,9 @@ worker starts, and checked against what the run did when it ends.
 The plan gives, per level: the steps it is updated on and how many; the lr verl's scheduler gives it at its first
 update, its peak and its last update; its rows, token budget, effective mini-batch size and optimizer steps per
 update; its reference model and critic, and whether it is frozen; the samples it generates per step. For the run: the
-stage periods with the β and α acting on each turn, the checkpoint and validation steps. It is logged and written as
-``run_plan.json`` and ``run_plan.md`` in ``trainer.default_local_dir``. Print it without starting anything:
+stage periods with the β and α acting on each turn, the checkpoint and validation steps, and the GPU memory of each
+device (:mod:`agent_system.trainer.memory_estimate`; a notice when a device's sum exceeds it). It is logged and
+written as ``run_plan.json`` and ``run_plan.md`` in ``trainer.default_local_dir``. Print it without starting anything:
 
     python -m verl.trainer.main_mlmt mlmt.plan_only=true [key=value ...]
 
@@ -23,6 +24,13 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from agent_system.trainer.memory_estimate import (
+    MemoryPlan,
+    MemoryUnavailable,
+    device_memory,
+    memory_plan,
+    render_memory,
+)
 from agent_system.trainer.policy import mini_batch_size
 from agent_system.trainer.schedule import update_steps
 from agent_system.trainer.state import total_training_steps
@@ -105,6 +113,8 @@ class RunPlan:
     samples_per_step: int
     samples_per_validation: int
     notices: list[str] = field(default_factory=list)
+    memory: MemoryPlan | None = None  # per-device GPU memory estimate
+    memory_unavailable: str = ""  # why there is none (a model folder without config.json)
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -286,7 +296,7 @@ def build_plan(config: DictConfig, train_rows: int, val_rows: int | None) -> Run
 
     Call it after ``main.set_schedule_horizon`` (the optimizers' horizons are read from ``config``).
     """
-    from agent_system.trainer.main import reference_needed
+    from agent_system.trainer.config import reference_needed
 
     mlmt, data = config.mlmt, config.data
     total = run_steps(config, train_rows)
@@ -373,6 +383,12 @@ def build_plan(config: DictConfig, train_rows: int, val_rows: int | None) -> Run
         "per update"
         for key, setting, size, rows in mini_batch_notices(config)
     ]
+    device, device_source = device_memory(config)
+    memory, memory_unavailable = None, ""
+    try:
+        memory = memory_plan(config, device, device_source, use_ref)
+    except MemoryUnavailable as error:
+        memory_unavailable = str(error)
     return RunPlan(
         total_steps=total,
         steps_from=steps_source(config, train_rows),
@@ -383,7 +399,9 @@ def build_plan(config: DictConfig, train_rows: int, val_rows: int | None) -> Run
         validation_steps=validations,
         samples_per_step=sum(level.samples_per_step for level in levels.values()),
         samples_per_validation=val_samples,
-        notices=notices,
+        notices=notices + (memory.notices if memory else []),
+        memory=memory,
+        memory_unavailable=memory_unavailable,
     )
 
 
@@ -431,6 +449,14 @@ def render_markdown(plan: RunPlan) -> str:
             f"{'R1' if stage.turn1_task_reward else 'no task reward'} − β {stage.beta_turn1}·KL; turn 2 β_H "
             f"{stage.beta_turn2}; turn 3 R3 + α {stage.alpha}·(R3 − R1) − β_L {stage.beta_turn3}·KL"
         )
+    lines += [
+        "",
+        *(
+            render_memory(plan.memory)
+            if plan.memory
+            else ["## GPU memory", f"- not estimated: {plan.memory_unavailable}"]
+        ),
+    ]
     if plan.notices:
         lines += ["", "## Notices", *[f"- {notice}" for notice in plan.notices]]
     return "\n".join(lines) + "\n"

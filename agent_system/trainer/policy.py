@@ -5,7 +5,15 @@ A :class:`PolicyGroup` owns, for its level:
 * a ``RayWorkerGroup`` of verl's ``ActorRolloutRefWorker`` (FSDP2 engine, optimizer, reference model when a KL
   coefficient needs it), optionally fused with the other level's workers (``colocated`` placement);
 * its rollout servers (``LLMServerManager``: vLLM on GPU, the project's ``hf`` server on CPU) and a client;
-* its weight sync (``CheckpointEngineManager``), run only after the level was updated.
+* its weight sync (``CheckpointEngineManager``): a push of the actor's weights into the servers only when they do
+  not hold them (after an update or a checkpoint load, or after a sleep that freed them), counted per level
+  (``perf/weight_syncs/<level>``, :class:`SyncCounter`);
+* its rollout sessions (:func:`awake`): the servers wake once for a whole session (all of a validation's batches)
+  and sleep after it; a frozen level under ``placement=split`` never sleeps (its devices hold nothing that trains).
+
+With more than one data-parallel rank, every batch sent to the workers is put in a balanced row order first
+(:mod:`agent_system.trainer.balance`): similar token counts per rank, and the same order for any permutation of the
+same rows; outputs come back in the caller's row order.
 
 All tensors cross this boundary as ``DataProto`` with left-padded prompts and right-padded responses
 (``input_ids`` (B, P+R), ``attention_mask`` (B, P+R), ``position_ids`` (B, P+R), ``responses`` (B, R),
@@ -15,6 +23,8 @@ All tensors cross this boundary as ``DataProto`` with left-padded prompts and ri
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import ray
@@ -23,6 +33,7 @@ from omegaconf import DictConfig
 from verl import DataProto
 
 from agent_system import verl_compat as vc
+from agent_system.trainer.balance import Balance, balanced_order, canonical_order
 
 logger = logging.getLogger(__name__)
 
@@ -40,6 +51,9 @@ class PolicyGroup:
         self.client = None
         self.checkpoint_manager = None
         self._rollout_current = False  # do the servers hold the actor's current weights?
+        self.weight_syncs = 0  # weight pushes actor -> rollout servers since start (SyncCounter reads it per step)
+        self._sessions = 0  # open awake() sessions: the servers sleep when the last one ends
+        self.keep_awake = stays_awake(view, level)
 
     # ---------------------------------------------------------------- construction
     @staticmethod
@@ -88,20 +102,40 @@ class PolicyGroup:
     # ---------------------------------------------------------------- rollout memory and weights (verl's pattern)
     def wake_up(self, global_steps: int) -> None:
         """Before generating: load the actor's weights into the servers if they are stale or were freed by sleep."""
-        if self.sleeps or not self._rollout_current:
+        if not self._rollout_current:
             self.checkpoint_manager.update_weights(global_steps=global_steps)
             self._rollout_current = True
+            self.weight_syncs += 1
 
     def sleep(self) -> None:
-        """After generating: free the servers' memory for the log-prob and update passes (no-op without sleep mode)."""
+        """After generating: free the servers' memory for the log-prob and update passes (no-op without sleep mode).
+
+        A level that :attr:`keep_awake` stays awake with its weights: the next wake-up needs no sync.
+        """
+        if self.keep_awake:
+            return
         self.checkpoint_manager.sleep_replicas()
         if self.sleeps:
             self._rollout_current = False
 
+    def open_session(self, global_steps: int) -> None:
+        """Enter a rollout session (:func:`awake`): the first one wakes the servers."""
+        if self._sessions == 0:
+            self.wake_up(global_steps)
+        self._sessions += 1
+
+    def close_session(self) -> None:
+        """Leave a rollout session: the last one puts the servers to sleep."""
+        if self._sessions < 1:
+            raise RuntimeError(f"{self.level}: close_session() without an open session")
+        self._sessions -= 1
+        if self._sessions == 0:
+            self.sleep()
+
     def sync_weights(self, global_steps: int) -> None:
         """After an update: push the new weights now, or, in sleep mode, at the next :meth:`wake_up`."""
         self._rollout_current = False
-        if not self.sleeps:
+        if not self.sleeps or self._sessions:
             self.wake_up(global_steps)
 
     # ---------------------------------------------------------------- generation
@@ -123,27 +157,28 @@ class PolicyGroup:
 
     def compute_log_prob(self, batch: DataProto) -> tuple[torch.Tensor, torch.Tensor]:
         """Actor log-probs and entropies of the responses, each (B, R)."""
-        padded, pad = pad_to_multiple(batch, self.world_size)
-        td = self._to_tensordict(padded, calculate_entropy=True, compute_loss=False)
+        ranked, rows, _ = for_ranks(batch, self.world_size)
+        td = self._to_tensordict(ranked, calculate_entropy=True, compute_loss=False)
         output = self.worker_group.compute_log_prob(td)
         log_probs = vc.no_padding_2_padding(vc.tensordict_utils.get(output, "log_probs"), td)
         entropy = vc.no_padding_2_padding(vc.tensordict_utils.get(output, "entropy"), td)
-        return unpad_rows(log_probs.float(), pad), unpad_rows(entropy.float(), pad)
+        return log_probs.float()[rows], entropy.float()[rows]
 
     def compute_ref_log_prob(self, batch: DataProto) -> torch.Tensor:
         """Reference-model log-probs of the responses, (B, R)."""
-        padded, pad = pad_to_multiple(batch, self.world_size)
-        td = self._to_tensordict(padded, calculate_entropy=False, compute_loss=False)
+        ranked, rows, _ = for_ranks(batch, self.world_size)
+        td = self._to_tensordict(ranked, calculate_entropy=False, compute_loss=False)
         output = self.worker_group.compute_ref_log_prob(td)
-        return unpad_rows(vc.no_padding_2_padding(vc.tensordict_utils.get(output, "log_probs"), td).float(), pad)
+        return vc.no_padding_2_padding(vc.tensordict_utils.get(output, "log_probs"), td).float()[rows]
 
     def update_actor(self, batch: DataProto) -> dict[str, float]:
         """One PPO/GRPO update over ``batch`` (needs ``old_log_probs`` and ``advantages``); returns metrics.
 
-        The batch is padded to a multiple of the data-parallel size with masked rows (no loss, no gradient).
+        The batch is padded to a multiple of the data-parallel size with masked rows (no loss, no gradient) and,
+        with more than one rank, balanced over the ranks (``rank_tokens_max`` / ``rank_tokens_min`` in the metrics).
         """
         actor = self.config.actor
-        batch, _ = pad_to_multiple(batch, self.world_size)
+        batch, _, balance = for_ranks(batch, self.world_size)
         batch.meta_info["multi_turn"] = False
         mini_batch = mini_batch_size(len(batch), actor.ppo_mini_batch_size, self.world_size)
         td = self._to_tensordict(
@@ -159,13 +194,59 @@ class PolicyGroup:
             compute_loss=True,
         )
         output = self.worker_group.update_actor(td)
-        return flatten_metrics(vc.tensordict_utils.get(output, "metrics"))
+        return flatten_metrics(vc.tensordict_utils.get(output, "metrics")) | (balance.metrics() if balance else {})
 
     def save_checkpoint(self, path: str, global_steps: int) -> None:
         self.worker_group.save_checkpoint(path, None, global_steps, None)
 
     def load_checkpoint(self, path: str) -> None:
         self.worker_group.load_checkpoint(path, None, False)
+
+
+def stays_awake(view: DictConfig, level: str) -> bool:
+    """A frozen level under ``placement=split`` keeps its rollout servers awake: its devices hold no training.
+
+    Sleeping would free memory nothing else uses and, in sleep mode, discard the weights, so that every wake-up
+    reloads the unchanged weights. Under ``colocated`` placement the other level trains on the same devices, so a
+    frozen level sleeps too (and, in sleep mode, reloads its weights at each wake-up).
+    """
+    mlmt = view.get("mlmt")
+    if mlmt is None or mlmt.get("placement") != "split" or level not in mlmt:
+        return False
+    return bool(mlmt[level].get("freeze", False))
+
+
+@contextmanager
+def awake(groups: Iterable[PolicyGroup], global_steps: int) -> Iterator[None]:
+    """A rollout session: every group's servers awake (weights pushed if stale) inside, asleep after.
+
+    Sessions nest: an inner session (one validation batch inside the whole validation) neither wakes nor sleeps.
+    """
+    opened = []
+    try:
+        for group in groups:
+            group.open_session(global_steps)
+            opened.append(group)
+        yield
+    finally:
+        for group in opened:
+            group.close_session()
+
+
+class SyncCounter:
+    """Weight syncs (actor -> rollout servers) of each group since the last :meth:`take`, as step metrics."""
+
+    def __init__(self, groups: Iterable[PolicyGroup]) -> None:
+        self.groups = list(groups)
+        self.seen = {group.level: group.weight_syncs for group in self.groups}
+
+    def take(self) -> dict[str, float]:
+        """``{"perf/weight_syncs/<level>": syncs since the last call}`` for every group."""
+        counts = {}
+        for group in self.groups:
+            counts[f"perf/weight_syncs/{group.level}"] = float(group.weight_syncs - self.seen[group.level])
+            self.seen[group.level] = group.weight_syncs
+        return counts
 
 
 def to_padding_free(batch: DataProto, **meta: Any) -> Any:
@@ -206,6 +287,35 @@ def pad_to_multiple(batch: DataProto, divisor: int) -> tuple[DataProto, int]:
             if key in padded.batch.keys():
                 padded.batch[key][-pad:] = 0
     return padded, pad
+
+
+def for_ranks(batch: DataProto, ranks: int) -> tuple[DataProto, torch.Tensor, Balance | None]:
+    """``batch`` as sent to ``ranks`` data-parallel ranks, and where each input row's output is.
+
+    Padded to a multiple of ``ranks`` (:func:`pad_to_multiple`); with more than one rank, the rows are first put in
+    canonical order (so the padding copies the same rows whatever the input order), then in the balanced order of
+    :func:`agent_system.trainer.balance.balanced_order`. Returns (the batch to send, ``rows``: an output of the sent
+    batch indexed by ``rows`` is in the input's row order, padding dropped; the :class:`Balance`, None on one rank).
+    """
+    if ranks == 1:
+        return batch, torch.arange(len(batch)), None
+    canonical = torch.tensor(canonical_order(*_row_content(batch)), dtype=torch.long)
+    ordered = batch.select_idxs(canonical)
+    ordered.meta_info = dict(batch.meta_info)  # select_idxs shares the dict; the caller's must not change
+    padded, _ = pad_to_multiple(ordered, ranks)
+    balance: Balance = balanced_order(*_row_content(padded), ranks)
+    padded.reorder(balance.order)
+    # input row canonical[p] sits at canonical position p, which the balanced order puts at balance.inverse()[p]
+    rows = torch.empty(len(batch), dtype=torch.long)
+    rows[canonical] = balance.inverse()[: len(batch)]
+    return padded, rows, balance
+
+
+def _row_content(batch: DataProto) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """(tokens per row, every tensor of the batch): what makes a row's place canonical; input ids first."""
+    tensors = batch.batch
+    keys = ["input_ids", *sorted(k for k in tensors.keys() if k != "input_ids")]
+    return tensors["attention_mask"].sum(-1), [tensors[k] for k in keys]
 
 
 def unpad_rows(tensor: torch.Tensor, pad: int) -> torch.Tensor:

@@ -28,12 +28,15 @@ class StepScores:
             ``contrastive_reference=no_feedback``), or None.
         r_ref_feedback: (B, n, m) reward of the lagged LL snapshot's refinement after each feedback
             (``contrastive_reference=lagged_snapshot``), or None.
+        leak: (B, n, m) whether each feedback states the answer (1.0 / 0.0, NaN where the check does not apply;
+            ``agent_system.rewards.leak``), or None without feedback turns.
     """
 
     r1: np.ndarray
     r3: np.ndarray
     r_ref_attempt: np.ndarray | None = None
     r_ref_feedback: np.ndarray | None = None
+    leak: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         b, n = self.r1.shape
@@ -43,6 +46,8 @@ class StepScores:
             raise ValueError(f"r_ref_attempt has shape {self.r_ref_attempt.shape}, not ({b}, {n})")
         if self.r_ref_feedback is not None and self.r_ref_feedback.shape != self.r3.shape:
             raise ValueError(f"r_ref_feedback has shape {self.r_ref_feedback.shape}, not r3's {self.r3.shape}")
+        if self.leak is not None and self.leak.shape != self.r3.shape:
+            raise ValueError(f"leak has shape {self.leak.shape}, not r3's {self.r3.shape}")
         if self.r_ref_attempt is not None and self.r_ref_feedback is not None:
             raise ValueError("a step has one reference for R_ref: per attempt or per feedback, not both")
 

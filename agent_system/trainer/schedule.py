@@ -1,4 +1,4 @@
-"""The (tH, tL) update schedule: which levels train at a step (MLMT_SPEC §3.1).
+"""The (tH, tL) update schedule: which levels train at a step (docs/METHOD.md, "Stages and schedules").
 
 * (tH, tL) = (1, 1): both levels update on every step (the seed's ``HLT_LLT_RR_1_1``).
 * Any other ratio follows the original's phase: with ``c = step mod (tL + tH)`` (steps start at 1), the LL updates

@@ -1,4 +1,4 @@
-"""The lagged LL snapshot: the reference solver of the contrastive HL reward (MLMT_SPEC §2.4).
+"""The lagged LL snapshot: the reference solver of the contrastive HL reward (docs/METHOD.md, "Turns and rewards").
 
 The original's ``reg`` regulariser: a second copy of the solver, refreshed from the LL's weights every ``reg_gap``
 steps, regenerates turn 3 from the **same** prompt (x, z, g) as the current LL. Its score R_ref therefore varies with
@@ -35,10 +35,10 @@ import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from agent_system import verl_compat as vc
-from agent_system.cpu_backend.hf_server import stop_tokens
 from agent_system.multi_turn_rollout.episode import Episode, Turn, turn_from_output
+from agent_system.multi_turn_rollout.stopping import stop_tokens
 from agent_system.prompts.templates import Prompt
-from agent_system.trainer.placement import level_nodes
+from agent_system.trainer.config import level_nodes
 from agent_system.trainer.policy import PolicyGroup
 
 logger = logging.getLogger(__name__)

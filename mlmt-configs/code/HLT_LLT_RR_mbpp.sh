@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# HLT_LLT_RR_mbpp: the original's code run (mlmt-configs/code/HLT_LLT_RR_mbpp.sh, MLMT_SPEC §3.4): MBPP, both levels
-# trainable, REINFORCE at both, cycles of 5 LL steps then 1 HL step, prompt 2048 / response 512 tokens (HL too), lr
-# 2e-6, temperature 0.7, 500 steps, 128 problems per step, and its SCoRe stages (stage I for 250 steps with β2 0.1,
-# then stage II with β1 0.01, β_L 0.01, α 10). Differences, stated: the original also set score_mode.enable=true,
-# which replaced the three-turn loop by SCoRe's two-turn self-correction and crashed on the code feedback prompt
-# (MLMT_SPEC §8.1 item 10); this runs the MLMT loop. Tests run in the project's sandbox (pass/fail reward). MBPP rows
-# get the code prompts: the solver writes a function in a ```python block, the feedback writer (a programming mentor,
-# no code) reads the attempt's execution result (README, "Prompts").
+# HLT_LLT_RR_mbpp: the original's code run (docs/METHOD.md, "The original's runs"): MBPP, both levels trainable,
+# REINFORCE at both, cycles of 5 LL steps then 1 HL step, prompt 2048 / response 512 tokens (HL too), lr 2e-6,
+# temperature 0.7, 500 steps, 128 problems per step, and its SCoRe stages (stage I for 250 steps with β2 0.1, then stage
+# II with β1 0.01, β_L 0.01, α 10). Differences, stated: the original also set score_mode.enable=true, which replaced
+# the three-turn loop by SCoRe's two-turn self-correction and crashed on the code feedback prompt (docs/METHOD.md,
+# "Where this differs from the original"); this runs the MLMT loop. Tests run in the project's sandbox (pass/fail
+# reward). MBPP rows get the code prompts: the solver writes a function in a ```python block, the feedback writer (a
+# programming mentor, no code) reads the attempt's execution result (docs/METHOD.md, "Turns and rewards").
 #
 #   bash mlmt-configs/code/HLT_LLT_RR_mbpp.sh [key=value ...]                           # on a GPU node
 #   sbatch mlmt-configs/math/submit_mlmt.sbatch mlmt-configs/code/HLT_LLT_RR_mbpp.sh     # on Slurm

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# HLT_LLT_GRPO_1_1: not an original run: the GRPO variant this project recommends. Both levels trainable and updated
-# on every step, with group baselines the original never had (its n > 1 path was broken, MLMT_SPEC §1.5, §8.1):
-# n = 4 attempts per problem (turn-1 GRPO groups of 4), m = 2 feedbacks per attempt (HL groups of 2), and all n·m = 8
-# refinements of a problem as one turn-3 group. 32 problems per step keep the generations per step (32·(4 + 8 + 8) =
-# 640) near the RR runs' 384 while every group has a reward spread to learn from. Sampling at temperature 1.0 (a
-# group needs diverse samples), 500 steps, the paper's lengths, lr and stages otherwise.
+# HLT_LLT_GRPO_1_1: not an original run: the GRPO variant this project recommends. Both levels trainable and updated on
+# every step, with group baselines the original never had (its n > 1 path was broken: docs/METHOD.md, "Where this
+# differs from the original"): n = 4 attempts per problem (turn-1 GRPO groups of 4), m = 2 feedbacks per attempt (HL
+# groups of 2), and all n·m = 8 refinements of a problem as one turn-3 group. 32 problems per step keep the generations
+# per step (32·(4 + 8 + 8) = 640) near the RR runs' 384 while every group has a reward spread to learn from. Sampling at
+# temperature 1.0 (a group needs diverse samples), 500 steps, the paper's lengths, lr and stages otherwise.
 #
 #   bash mlmt-configs/math/HLT_LLT_GRPO_1_1.sh [key=value ...]                         # on a GPU node
 #   sbatch mlmt-configs/math/submit_mlmt.sbatch mlmt-configs/math/HLT_LLT_GRPO_1_1.sh  # on Slurm

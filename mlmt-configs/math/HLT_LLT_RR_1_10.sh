@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# HLT_LLT_RR_1_10: both levels trainable, REINFORCE at both; cycles of 10 LL steps then 1 HL step (the
-# original's later HLT_LLT_RR_1_10 scripts, MLMT_SPEC §3.4's typical math run: temperature 1.0, 500 steps). Its
-# "_1_10_5" sibling adds the contrastive HL reward: mlmt.reward.hl_reward=contrastive mlmt.reward.contrastive_lambda=1.0
-# mlmt.reward.reg_gap=5.
+# HLT_LLT_RR_1_10: both levels trainable, REINFORCE at both; cycles of 10 LL steps then 1 HL step (the original's later
+# HLT_LLT_RR_1_10 scripts, the typical math run of docs/METHOD.md, "The original's runs": temperature 1.0, 500 steps).
+# Its "_1_10_5" sibling adds the contrastive HL reward: mlmt.reward.hl_reward=contrastive
+# mlmt.reward.contrastive_lambda=1.0 mlmt.reward.reg_gap=5.
 #
 #   bash mlmt-configs/math/HLT_LLT_RR_1_10.sh [key=value ...]                         # a GPU node, 2 GPUs per level
 #   sbatch mlmt-configs/math/submit_mlmt.sbatch mlmt-configs/math/HLT_LLT_RR_1_10.sh  # on Slurm

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Bi-level value shaping (hrl-reasoning's MLMT-RL, MLMT_SPEC §2.5; recipes/value_shaping/README.md): the solver's
-# value model V (verl's critic) is its baseline, (R − V)·(log π_L(z) + log π_L(ŷ)) plus (V − R)²; the feedback
+# Bi-level value shaping (hrl-reasoning's MLMT-RL, docs/METHOD.md "Value shaping"; recipes/value_shaping/README.md): the
+# solver's value model V (verl's critic) is its baseline, (R − V)·(log π_L(z) + log π_L(ŷ)) plus (V − R)²; the feedback
 # writer is trained by REINFORCE on R + value_coef·V(x, z, g), R ∈ {−1, +1} the verifier's symmetric reward on the
 # refined answer. VALUE_GRAD=stop: V is a number in the HL's reward (plain reward shaping); VALUE_GRAD=full: the HL's
-# objective also trains V (its term in the critic's loss). The original's swapped flags are not reproduced: the
-# value is named for what it does.
+# objective also trains V (its term in the critic's loss). The original's swapped flags are not reproduced: the value is
+# named for what it does.
 #
 #   VALUE_GRAD=stop bash recipes/value_shaping/run_value_shaping.sh [key=value ...]   # a GPU node, 2 GPUs per model
 #   VALUE_GRAD=full bash recipes/value_shaping/run_value_shaping.sh

@@ -134,6 +134,7 @@ def test_mbpp_two_steps_padless_tokenizers_tight_prompt_budget(padless_models, t
     log = result.stdout + result.stderr
     assert result.returncode == 0, log[-5000:]
     assert f"needs {budget} of {budget} tokens" in log  # the start-up check measured the same largest prompt
+    _check_console(log, out)
     for step in (1, 2):
         line = re.search(rf"^step:{step} .*$", log, re.M).group(0)
         assert "ll/pg_loss" in line and "hl/pg_loss" in line  # (1, 1): both levels every step
@@ -177,6 +178,49 @@ def test_mbpp_two_steps_padless_tokenizers_tight_prompt_budget(padless_models, t
         )
     assert hidden_count > 0  # the rows have hidden asserts, so the check above is not empty
     assert (out / "mlmt_progress.png").stat().st_size > 1000
+
+
+# Library noise that must not reach the console (issue 19), and what of it the run's logs/ must hold instead.
+CONSOLE_NOISE = (
+    "'serve'",  # vLLM's serve argument list, one line per argument
+    "model_hosting_container_standards",
+    "SageMaker",
+    "Triton",
+    "NUMA",
+    "IPC is not supported",
+    "Loading weights",
+    "Before FSDP",
+    "After FSDP",
+)
+IN_WORKER_LOGS = ("'serve'", "SageMaker bootstrap", "Before FSDP", "IPC is not supported")
+
+
+def _check_console(log: str, out: Path) -> None:
+    """A readable console: at most 40 lines before the first step, no library noise; the noise is in logs/; the final
+    summary says per level what changed (item 1 and 6 of issue 19)."""
+    lines = log.splitlines()
+    first_step = next(i for i, line in enumerate(lines) if line.startswith("step:1 "))
+    print(f"console: {first_step} lines before step 1, {len(lines)} in all")
+    assert first_step <= 40, "\n".join(lines[:first_step])
+    noisy = [line for line in lines if any(noise in line for noise in CONSOLE_NOISE)]
+    assert not noisy, "\n".join(noisy)
+    assert f"output: {out / 'logs'}" in log  # the path, printed once
+    worker_logs = "".join(path.read_text(errors="replace") for path in (out / "logs").glob("worker-*.log"))
+    assert all(text in worker_logs for text in IN_WORKER_LOGS), [t for t in IN_WORKER_LOGS if t not in worker_logs]
+    assert "run plan (also in" in (out / "logs" / "driver.log").read_text()  # the full plan, off the console
+    assert re.search(
+        r"^\S+ INFO step 2/2 \| acc@t1 [0-9.]+ \| acc@t3 .*\| LL reward .* KL .*\| HL reward .* s$", log, re.M
+    )
+    # the final summary: updates, mean |advantage|, KL, accuracy before → after on the validation problems, noise
+    ll = re.search(
+        r"INFO\s+LL: 2 update\(s\), mean \|advantage\| [0-9.]+, KL from the reference: not measured.*$", log, re.M
+    )
+    assert ll and re.search(r"acc@t1 [0-9.]+ → [0-9.]+ on 2 problems \(Δ [-+0-9.]+, SE [0-9.]+: ", ll.group(0)), log[
+        -3000:
+    ]
+    hl = re.search(r"INFO\s+HL: 2 update\(s\), .*acc@t3 [0-9.]+ → [0-9.]+ on 2 problems.*$", log, re.M)
+    assert hl and ("within noise" in hl.group(0) or "beyond noise" in hl.group(0) or "no change" in hl.group(0))
+    assert "docs/GPU_RUN.md" in log and "docs/MEASUREMENTS.md" in log
 
 
 def _kill_tree(process: subprocess.Popen) -> None:

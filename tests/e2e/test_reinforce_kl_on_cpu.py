@@ -1,6 +1,6 @@
 """recipes/reinforce_kl on the trainer: REINFORCE with a KL penalty to a reference refreshed every 2 steps.
 
-Real GSM8K rows from /work/shared/data/gsm8k, preprocessed with the few-shot prompt (1 shot, to keep the tiny
+Real GSM8K rows from ../shared/data/gsm8k, preprocessed with the few-shot prompt (1 shot, to keep the tiny
 model's prompts short), a tiny LL, ``rollout.name=hf``. The LL's KL to its reference (``ll/kl_mean``, measured on the
 step's samples BEFORE that step's update) proves when the reference changes, with ``ref_refresh_freq=2``:
 
@@ -16,6 +16,7 @@ step's samples BEFORE that step's update) proves when the reference changes, wit
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -25,7 +26,9 @@ from agent_system.data.preprocess import preprocess
 
 pytestmark = pytest.mark.e2e
 
-GSM8K = Path("/work/shared/data/gsm8k")
+# The data lives beside the repository (../shared/data); MLMT_SHARED_DATA overrides.
+SHARED = Path(os.environ.get("MLMT_SHARED_DATA", Path(__file__).resolve().parents[2].parent / "shared" / "data"))
+GSM8K = SHARED / "gsm8k"
 ZERO = 1e-5  # a sequence KL summed over a response: float noise of two identical fp32 models is far below this
 
 

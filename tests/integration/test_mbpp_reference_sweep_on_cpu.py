@@ -8,6 +8,7 @@ Also the sanitized set (427 tasks, with its ``math.isclose`` / ``set(...)`` / tr
 """
 
 import json
+import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -17,7 +18,8 @@ from agent_system.rewards import compute_score
 from agent_system.rewards.code_sandbox import SandboxLimits
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-DATA = Path("/work/shared/data/mbpp")
+# The data lives beside the repository (../shared/data); MLMT_SHARED_DATA overrides.
+DATA = Path(os.environ.get("MLMT_SHARED_DATA", Path(__file__).resolve().parents[2].parent / "shared" / "data")) / "mbpp"
 ROOMY = SandboxLimits(timeout_s=120.0, per_test_s=60.0)
 
 
@@ -38,14 +40,14 @@ def _sweep(path: Path, setup_key: str) -> tuple[int, list[tuple[int, str]]]:
     ]
 
 
-@pytest.mark.skipif(not DATA.exists(), reason="needs the MBPP data set in /work/shared/data/mbpp")
+@pytest.mark.skipif(not DATA.exists(), reason=f"needs the MBPP data set in {DATA}")
 def test_every_mbpp_reference_solution_scores_one():
     count, failures = _sweep(DATA / "mbpp.jsonl", "test_setup_code")
     assert count == 974
     assert failures == []
 
 
-@pytest.mark.skipif(not DATA.exists(), reason="needs the MBPP data set in /work/shared/data/mbpp")
+@pytest.mark.skipif(not DATA.exists(), reason=f"needs the MBPP data set in {DATA}")
 def test_every_sanitized_mbpp_reference_solution_scores_one():
     count, failures = _sweep(DATA / "sanitized-mbpp.jsonl", "test_imports")
     assert count == 427

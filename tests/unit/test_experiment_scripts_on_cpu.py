@@ -206,6 +206,16 @@ def test_archer_recipe_variants(tmp_path):
     assert config.mlmt.archer.critic_model_path == LLAMA  # the solver's model
 
 
+def test_compare_script_reaches_its_driver():
+    """recipes/compare.sh runs the driver module it names (its options print, nothing trains)."""
+    env = {**os.environ, "MLMT_PYTHON": sys.executable}
+    result = subprocess.run(
+        ["bash", str(REPO / "recipes" / "compare.sh"), "--help"], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    assert "--baselines" in result.stdout and "--eval-data" in result.stdout
+
+
 @pytest.mark.parametrize(
     "name", ["mlmt", "fixed_feedback", "grpo", "score", "rl_guided_score", "value_shaping", "archer", "reinforce_kl"]
 )
@@ -213,7 +223,7 @@ def test_compare_budget_composes_with_each_baseline(name, tmp_path):
     """recipes/compare.sh: each baseline's script plus the shared budget is a valid config with that budget."""
     import argparse
 
-    from agent_system.eval.compare import BASELINES, budget_overrides
+    from agent_system.recipes.compare import BASELINES, budget_overrides
 
     script, _, stages, devices = BASELINES[name]
     budget = argparse.Namespace(
@@ -230,7 +240,7 @@ def test_compare_budget_composes_with_each_baseline(name, tmp_path):
 
 
 def test_compare_per_baseline_overrides_name_the_bad_setting():
-    from agent_system.eval.compare import per_baseline_overrides
+    from agent_system.recipes.compare import per_baseline_overrides
 
     settings = ["archer:mlmt.archer.batch_size=4", "archer:mlmt.archer.updates_per_step=2", "grpo:data.seed=1"]
     assert per_baseline_overrides(settings) == {
@@ -246,7 +256,7 @@ def test_compare_rerun_keeps_the_training_minutes(tmp_path):
     """A finished run is not retrained on a rerun; the table keeps the minutes measured when it trained (was 0.0)."""
     import argparse
 
-    from agent_system.eval.compare import train, write_outputs
+    from agent_system.recipes.compare import train, write_outputs
 
     args = argparse.Namespace(steps=2, per_baseline={}, overrides=[], model="m", batch=2, eval_data="e.parquet")
     for name, recorded in (("grpo", "3.25\n"), ("score", None)):
@@ -314,7 +324,7 @@ def test_custom_yaml_script_composes_its_run(task, batch, tmp_path):
 def test_reinforce_kl_script_composes_the_seed_settings(tmp_path):
     """recipes/reinforce_kl: LLM_RL's settings (kl_coeff 0.25 as β1, reference refreshed every 2 steps, REINFORCE,
     one turn) on the 5-shot GSM8K parquet files, a valid config with the LL's reference model."""
-    from agent_system.trainer.main import reference_needed
+    from agent_system.trainer.config import reference_needed
 
     config = compose_config(_script_argv("../recipes/reinforce_kl/run_reinforce_kl.sh", tmp_path))
     validate_config(config)

@@ -1,7 +1,9 @@
-"""Packaging facts: verl pinned exactly, torch a range in the project, CPU and GPU constraint sets pinned."""
+"""Packaging facts: verl pinned exactly, torch a range in the project, CPU and GPU constraint sets pinned; every
+file setup.py declares exists."""
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -52,3 +54,24 @@ def test_plugin_entry_point_registered():
 
     names = {ep.name: ep.value for ep in entry_points(group="verl.plugins")}
     assert names.get("mlmt") == "agent_system.verl_plugin"
+
+
+def _setup_keywords() -> dict[str, ast.expr]:
+    tree = ast.parse((REPO / "setup.py").read_text())
+    call = next(
+        node for node in ast.walk(tree) if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "setup"
+    )
+    return {keyword.arg: keyword.value for keyword in call.keywords}
+
+
+def test_declared_package_files_exist():
+    """Each package_data pattern of setup.py matches a file: a pattern that matches nothing ships nothing, silently."""
+    keywords = _setup_keywords()
+    package_data = ast.literal_eval(keywords["package_data"]) if "package_data" in keywords else {}
+    missing = [
+        f"{package}: {pattern}"
+        for package, patterns in package_data.items()
+        for pattern in patterns
+        if not list((REPO / package.replace(".", "/")).glob(pattern))
+    ]
+    assert not missing, f"setup.py package_data patterns that match no file: {missing}"

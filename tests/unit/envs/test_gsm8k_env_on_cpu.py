@@ -1,4 +1,5 @@
-"""agent_system/envs/gsm8k.py on real GSM8K rows (/work/shared/data/gsm8k): the few-shot prompt, the grader, steps.
+"""agent_system/envs/gsm8k.py on real GSM8K rows (../shared/data/gsm8k beside the repository): the few-shot prompt,
+the grader, steps.
 
 The environment's observation must be the user message the trainer's solver reads for the same item: the solve
 template around the problem text that ``preprocess --few-shot`` bakes into the parquet row.
@@ -6,6 +7,7 @@ template around the problem text that ``preprocess --few-shot`` bakes into the p
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pandas as pd
@@ -15,8 +17,9 @@ from agent_system.data.preprocess import preprocess
 from agent_system.envs.gsm8k import GSM8KEnv, load_gsm8k, pick_shots
 from agent_system.prompts.templates import PromptBuilder, Task
 
-GSM8K = Path("/work/shared/data/gsm8k")
-pytestmark = pytest.mark.skipif(not (GSM8K / "test.jsonl").is_file(), reason=f"{GSM8K} is not on this machine")
+# The benchmark data lives beside the repository (../shared/data); MLMT_SHARED_DATA overrides. Missing data fails.
+SHARED = Path(os.environ.get("MLMT_SHARED_DATA", Path(__file__).resolve().parents[3].parent / "shared" / "data"))
+GSM8K = SHARED / "gsm8k"
 
 
 @pytest.fixture(scope="module")

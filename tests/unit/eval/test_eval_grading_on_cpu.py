@@ -120,3 +120,26 @@ def test_records_keep_answers_outcomes_lenient_and_the_judge_with_the_problem_te
     assert judged[0]["samples"][0]["correct"] == [False, False]  # the rule column is not changed by the judge
     assert judged[1]["samples"][0]["judge"] == ["not_asked", "not_asked"]
     assert len(_Judge.seen) == asked + 1 and "What is 6 + 6?" in _Judge.seen[-1]  # the problem text, not ""
+
+
+def test_records_keep_whether_each_feedback_states_the_answer(pool, lenient):
+    """With an HL, each feedback turn of every round is checked (agent_system.rewards.leak); a solver alone has none."""
+    rows = [_row("What is 6 + 6?", "12", "Algebra"), _row("Half of one?", "\\frac{1}{2}", "Prealgebra")]
+    turns = [
+        [_turn("\\boxed{13}"), _turn("Recheck: the answer is 12."), _turn("\\boxed{12}")]
+        + [_turn("The answer is not 13."), _turn("\\boxed{12}")],
+        [_turn("\\boxed{2}"), _turn("Halve it: 1 / 2 = 0.5"), _turn("\\boxed{0.5}")]
+        + [_turn("You wrote 2 first; is 1/2 right?"), _turn("\\boxed{0.5}")],
+    ]
+    args = argparse.Namespace(mode="feedback", samples=1, judge_config=None)
+    records = grade(pool, lenient, rows, [0, 1], turns, args)
+    assert [r["samples"][0]["leak"] for r in records] == [[True, False], [True, False]]
+    alone = grade(
+        pool,
+        lenient,
+        rows,
+        [0],
+        [[_turn("\\boxed{12}")]],
+        argparse.Namespace(mode="single", samples=1, judge_config=None),
+    )
+    assert "leak" not in alone[0]["samples"][0]

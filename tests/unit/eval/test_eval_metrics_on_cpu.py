@@ -217,3 +217,20 @@ def test_compare_runs_exact_mcnemar_on_the_shared_problems(tmp_path):
     assert "final_lenient" in result["tests"]
     with pytest.raises(EvalSettingsError, match="share no problem"):
         compare_runs(str(tmp_path / "a"), _write_run(tmp_path / "c", [_record(0, [[True, True]], unique_id="x")]))
+
+
+def test_leak_rate_and_leak_by_transition_in_the_summary_and_the_markdown():
+    records = [_record(i, [c]) for i, c in enumerate([[False, True], [False, True], [True, True], [True, False]])]
+    for record, leaks in zip(records, [[True], [False], [True], [False]], strict=True):
+        record["samples"][0]["leak"] = leaks
+    s = summarize(records, "feedback")
+    assert s["leak_rate"] == 0.5 and len(s["ci95"]["leak_rate"]) == 3
+    assert s["leak_by_transition"] == {"leak_checked": 4.0, "i2c": 0.5, "c2c": 1.0, "c2i": 0.0}
+    text = summary_markdown(
+        s, {"mode": "feedback", "ll": "a", "hl": "b", "data": "d", "rounds": 1, "samples": 1, "temperature": 0.0}
+    )
+    assert "| leak_rate | 0.5000 |" in text and "| feedbacks checked | i2c | c2c | c2i |" in text
+    old = [_record(0, [[False, True]])]  # written before the leak check: no rate rather than a wrong one
+    assert "leak_rate" not in summarize(old, "feedback")
+    old[0]["samples"][0]["leak"] = [None]  # a task the check does not apply to
+    assert "leak_rate" not in summarize(old, "feedback")

@@ -5,6 +5,7 @@ to pull an expected value into its own process.
 """
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,8 @@ from agent_system.rewards.assert_split import (
     split_test,
 )
 
-DATA = Path("/work/shared/data/mbpp")
+# The data lives beside the repository (../shared/data); MLMT_SHARED_DATA overrides.
+DATA = Path(os.environ.get("MLMT_SHARED_DATA", Path(__file__).resolve().parents[3].parent / "shared" / "data")) / "mbpp"
 
 
 @pytest.mark.parametrize(
@@ -91,7 +93,7 @@ def test_decoding_accepts_plain_data_only():
         decode_value(deep)
 
 
-@pytest.mark.skipif(not DATA.exists(), reason="needs the MBPP data set in /work/shared/data/mbpp")
+@pytest.mark.skipif(not DATA.exists(), reason=f"needs the MBPP data set in {DATA}")
 @pytest.mark.parametrize(
     ("name", "setup_key", "rows"),
     [("mbpp.jsonl", "test_setup_code", 974), ("sanitized-mbpp.jsonl", "test_imports", 427)],

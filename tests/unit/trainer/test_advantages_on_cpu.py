@@ -1,4 +1,4 @@
-"""Per-turn rewards, GRPO group keys, stage schedule and advantages (DESIGN.md §5), on hand-built examples."""
+"""Per-turn rewards, GRPO group keys, stage schedule and advantages (docs/METHOD.md), on hand-built examples."""
 
 import numpy as np
 import pytest

@@ -34,6 +34,7 @@ def test_the_loop_and_the_advantage_code_name_no_method():
         (["mlmt.ll.adv_estimator=value_baseline"], ["value_shaping"]),
         (["mlmt.ll.ref_refresh_freq=2"], ["ref_refresh"]),
         (["mlmt.reward.confidence_lambda=0.1"], ["confidence"]),
+        (["mlmt.reward.leak_penalty=0.5"], ["leak_penalty"]),
     ],
 )
 def test_each_method_is_selected_by_its_own_keys(overrides, selected):

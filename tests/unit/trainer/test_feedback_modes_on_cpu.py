@@ -12,8 +12,9 @@ import torch
 from omegaconf import OmegaConf
 from transformers import AutoTokenizer
 
-from agent_system.cpu_backend.hf_server import HFRolloutServer, stop_tokens
+from agent_system.cpu_backend.hf_server import HFRolloutServer
 from agent_system.multi_turn_rollout.episode import EpisodeRunner, EpisodeSettings
+from agent_system.multi_turn_rollout.stopping import stop_tokens
 from agent_system.prompts.templates import PromptBuilder, Task
 from agent_system.trainer import advantages as adv
 from agent_system.trainer.advantages import Stage

@@ -4,9 +4,8 @@ runs in tests/integration/test_pool_check_on_cpu.py."""
 
 import pytest
 
-from agent_system.trainer.config import ConfigError, compose_config
+from agent_system.trainer.config import ConfigError, compose_config, level_nodes
 from agent_system.trainer.gpu_checks import pool_demands, pools_fit_message
-from agent_system.trainer.placement import level_nodes
 
 
 def _nodes(count: int, gpus: int, cpus: int = 64) -> dict[str, dict[str, float]]:
@@ -294,53 +293,9 @@ def test_the_inert_compile_key_is_rejected_naming_the_one_the_engine_reads(key):
     check_compile_keys(compose_config([f"{key}=false", f"{key.rsplit('.', 1)[0]}.fsdp_config.use_torch_compile=false"]))
 
 
-LLAMA_1B = {"hidden_size": 2048, "num_hidden_layers": 16, "intermediate_size": 8192, "num_attention_heads": 32,
-            "num_key_value_heads": 8, "head_dim": 64, "vocab_size": 128256, "tie_word_embeddings": True}  # fmt: skip
-LLAMA_3B = {"hidden_size": 3072, "num_hidden_layers": 28, "intermediate_size": 8192, "num_attention_heads": 24,
-            "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 128256, "tie_word_embeddings": True}  # fmt: skip
+def test_a_bad_plan_device_size_is_refused_at_start_up_by_name():
+    from agent_system.trainer.gpu_checks import prepare_devices
 
-
-def test_parameter_counts_of_llama_3_2_by_hand():
-    from agent_system.trainer.gpu_checks import parameter_count
-
-    # 1B: embeddings 128256·2048 + 16 layers · (2·2048² + 2·2048·512 + 3·2048·8192 + 2·2048) + final norm 2048
-    assert parameter_count(LLAMA_1B) == 262_668_288 + 16 * 60_821_504 + 2048 == 1_235_814_400
-    # 3B: 128256·3072 + 28 · (2·3072² + 2·3072·1024 + 3·3072·8192 + 2·3072) + 3072
-    assert parameter_count(LLAMA_3B) == 394_002_432 + 28 * 100_669_440 + 3072 == 3_212_749_824
-
-
-def test_memory_estimate_of_a_1b_level_on_eight_80_gib_devices_by_hand():
-    from agent_system.trainer.gpu_checks import memory_estimate
-
-    device = 80 * 2**30
-    estimate = memory_estimate(LLAMA_1B, 8, device, 0.35, 5120, reference=True)
-    assert estimate.actor == 16 * 1_235_814_400 // 8 == 2_471_628_800
-    assert estimate.reference == 2 * 1_235_814_400 // 8
-    assert estimate.vllm_budget == int(0.35 * device) == 30_064_771_072
-    # KV per token: K and V · 16 layers · 8 heads · 64 · 2 bytes = 32768; (budget − bf16 weights) / (32768 · 5120)
-    assert estimate.kv_sequences == (30_064_771_072 - 2 * 1_235_814_400) // (32_768 * 5120) == 164
-    assert estimate.fits and estimate.critic == 0
-
-
-def test_a_3b_level_with_a_critic_on_one_24_gib_device_does_not_fit():
-    from agent_system.trainer.gpu_checks import memory_estimate
-
-    estimate = memory_estimate(LLAMA_3B, 1, 24 * 2**30, 0.35, 5120, critic=True)
-    assert estimate.actor == estimate.critic == 16 * 3_212_749_824 and not estimate.fits
-
-
-def test_memory_lines_of_a_run_and_the_colocated_sum_that_does_not_fit():
-    from omegaconf import OmegaConf
-
-    from agent_system.models.resolve import resolve_model_path
-    from agent_system.trainer.gpu_checks import device_memory_warnings, rollout_memory
-
-    config = compose_config(["mlmt.placement=colocated", "mlmt.ll.adv_estimator=gae"])
-    for key in ("actor_rollout_ref.model.path", "hl.model.path"):
-        OmegaConf.update(config, key, resolve_model_path("smollm2", key))
-    rollout_memory(config, set())  # shares 0.35 and max_model_len
-    lines = device_memory_warnings(config, 80 * 2**30)
-    assert lines[0].startswith("ll: 0.13B parameters") and "critic 2.0," in lines[0] and "critic 0.0," in lines[1]
-    assert not any(line.startswith("does not fit") for line in lines)
-    small = device_memory_warnings(config, 2 * 2**30)  # two 0.35 vLLM shares and two actors on a 2 GiB device
-    assert small[-1].startswith("does not fit: ll + hl need about")
+    config = compose_config(["mlmt.plan_device_gib=eighty"])
+    with pytest.raises(ConfigError, match="mlmt.plan_device_gib='eighty': give the memory of one device in GiB"):
+        prepare_devices(config, ["mlmt.plan_device_gib=eighty"])

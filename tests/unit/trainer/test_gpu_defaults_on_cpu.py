@@ -1,6 +1,7 @@
-"""GPU-first defaults: the base YAML alone (no CPU overlay) carries the paper's math-run settings (MLMT_SPEC §3.4),
-and the CPU overlay restores the small embedded run, so `python -m verl.trainer.main_mlmt actor_rollout_ref.model.path=X
-hl.model.path=Y` on a GPU node is a real run and the same command on CPU is today's 2-step job."""
+"""GPU-first defaults: the base YAML alone (no CPU overlay) carries the paper's math-run settings (docs/METHOD.md,
+"The original's runs"), and the CPU overlay restores the small embedded run, so `python -m verl.trainer.main_mlmt
+actor_rollout_ref.model.path=X hl.model.path=Y` on a GPU node is a real run and the same command on CPU is today's
+2-step job."""
 
 import pytest
 

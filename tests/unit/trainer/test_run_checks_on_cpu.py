@@ -7,8 +7,8 @@ import pandas as pd
 import pytest
 from omegaconf import OmegaConf
 
-from agent_system.trainer.config import compose_config
-from agent_system.trainer.main import check_reference_solutions, reference_needed
+from agent_system.trainer.config import compose_config, reference_needed
+from agent_system.trainer.main import check_reference_solutions
 
 
 def test_use_kl_loss_asks_for_a_reference_model():

@@ -4,6 +4,7 @@ and its comparison with a run's step records."""
 from __future__ import annotations
 
 import copy
+import json
 import os
 import subprocess
 import sys
@@ -109,6 +110,55 @@ def test_no_notice_when_the_setting_divides_the_rows():
     assert plan.notices == [] and plan.levels["ll"].mini_batch == 64 and plan.levels["hl"].mini_batch == 64
 
 
+# Llama-3.2-1B's public config.json values
+LLAMA_1B = {"model_type": "llama", "hidden_size": 2048, "num_hidden_layers": 16, "intermediate_size": 8192,
+            "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 64, "vocab_size": 128256,
+            "tie_word_embeddings": True}  # fmt: skip
+P1B = 1_235_814_400
+
+
+def test_the_plan_gives_each_devices_gpu_memory_and_warns_when_it_does_not_fit(tmp_path):
+    model = tmp_path / "llama-3.2-1b"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps(LLAMA_1B))
+    gpu_like = [f"{tree}.rollout.{key}" for tree in ("actor_rollout_ref", "hl")
+                for key in ("dtype=bfloat16", "engine_kwargs.vllm.kv_cache_memory_bytes=null",
+                            "gpu_memory_utilization=0.35", f"max_model_len={768 + 1024}")]  # fmt: skip
+    overrides = [f"actor_rollout_ref.model.path={model}", f"hl.model.path={model}", "mlmt.placement=colocated",
+                 "hl.rollout.response_length=1024", "data.max_response_length=1024", *gpu_like]  # fmt: skip
+    config, plan = _plan([*overrides, "trainer.n_gpus_per_node=1", "mlmt.plan_device_gib=141"])
+    (shared,) = plan.memory.sums
+    # one shared 141 GiB device: two fp32 actors (16 bytes a parameter each) + two vLLM shares of 0.35 × 141 GiB
+    assert shared.levels == ["ll", "hl"] and shared.total == 2 * 16 * P1B + 2 * 52_989_159_014 and shared.fits
+    assert plan.levels["ll"].reference.startswith("none")
+    assert plan.memory.levels["ll"].kv_sequences == (52_989_159_014 - 2 * P1B) // 32_768 // 1792 == 860
+    page = render_markdown(plan)
+    assert "## GPU memory per device" in page and "141.00 GiB (mlmt.plan_device_gib=141)" in page
+    assert f"= {(2 * 16 * P1B + 2 * 52_989_159_014) / 2**30:.2f} of 141.00 GiB — fits" in page
+    write_plan(plan, tmp_path / "run")
+    saved = read_plan(tmp_path / "run")["memory"]
+    assert saved["device"] == 141 * 2**30 and saved["sums"][0]["total"] == shared.total
+    assert saved["levels"]["hl"]["actor_optimizer"] == 8 * P1B and not plan.notices
+
+    config.mlmt.plan_device_gib = 80  # 2 · 18.4 GiB of actors + 2 · 28 GiB of vLLM do not fit one 80 GiB device
+    small = build_plan(config, 10_000, 8)
+    assert small.memory.sums[0].total == 2 * 16 * P1B + 2 * 30_064_771_072 and small.memory.sums[0].fits is False
+    assert "92.83 of 80.00 GiB — DOES NOT FIT" in render_markdown(small)
+    (notice,) = small.notices
+    assert notice.startswith("GPU memory: LL + HL need about 92.83 GiB on each of the 1 shared devices")
+
+    config.mlmt.plan_device_gib = None  # on CPU: the device's size is not known here
+    unknown = render_markdown(build_plan(config, 10_000, 8))
+    assert "- device: not known here (no GPU; set mlmt.plan_device_gib=<GiB>" in unknown
+    assert f"+ 0.7 × device; fits a device of at least {2 * 16 * P1B / 0.3 / 2**30:.2f} GiB" in unknown
+
+
+def test_without_a_model_config_the_plan_says_why_there_is_no_memory_estimate():
+    _, plan = _plan([])  # the embedded model's name, resolved to a folder only at start-up
+    assert plan.memory is None and "actor_rollout_ref.model.path=smollm2: no config.json" in plan.memory_unavailable
+    assert "- not estimated: actor_rollout_ref.model.path=smollm2" in render_markdown(plan)
+
+
 def _history(config, plan, last_step):
     """Step records as the trainer writes them, for the run the plan describes (lr as verl reports it)."""
     from agent_system.trainer.plan import lr_after
@@ -166,7 +216,8 @@ def test_plan_check_names_each_difference(tmp_path):
 def test_plan_only_prints_the_plan_and_exits_without_ray(tmp_path):
     out = tmp_path / "run"
     command = [sys.executable, "-m", "verl.trainer.main_mlmt", "mlmt.plan_only=true",
-               f"trainer.default_local_dir={out}", "mlmt.schedule.tL=3", "trainer.total_training_steps=9"]  # fmt: skip
+               f"trainer.default_local_dir={out}", "mlmt.schedule.tL=3", "trainer.total_training_steps=9",
+               "mlmt.plan_device_gib=80"]  # fmt: skip
     result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300,
                             env={**os.environ, "RAY_ADDRESS": ""})  # fmt: skip
     log = result.stdout + result.stderr
@@ -174,3 +225,6 @@ def test_plan_only_prints_the_plan_and_exits_without_ray(tmp_path):
     assert "# Run plan" in log and "updated on 2 steps: 3, 7" in log  # the HL under (1, 3)
     assert "Ray:" not in log  # run_mlmt logs the Ray cluster once it started one
     assert read_plan(out)["levels"]["ll"]["updates"] == 7
+    memory = read_plan(out)["memory"]  # the embedded SmolLM2-135M on an 80 GiB device (the given size)
+    assert memory["device"] == 80 * 2**30 and memory["levels"]["ll"]["parameters"] == 134_515_008
+    assert "## GPU memory per device" in log and "80.00 GiB (mlmt.plan_device_gib=80)" in log

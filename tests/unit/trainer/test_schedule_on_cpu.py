@@ -1,6 +1,6 @@
-"""The (tH, tL) update schedule (MLMT_SPEC §3.1): (1, 1) = both levels every step; other ratios run cycles of tL LL
-steps then tH HL steps in the original's phase (c = step mod (tL + tH): LL when c < tL); a frozen level never
-updates and the other level then trains on every step."""
+"""The (tH, tL) update schedule (docs/METHOD.md, "Stages and schedules"): (1, 1) = both levels every step; other
+ratios run cycles of tL LL steps then tH HL steps in the original's phase (c = step mod (tL + tH): LL when c < tL); a
+frozen level never updates and the other level then trains on every step."""
 
 import pytest
 from omegaconf import OmegaConf

@@ -1,0 +1,30 @@
+"""The HL's leak penalty (docs/LEAK.md): ``mlmt.reward.leak_penalty`` is subtracted from the reward of every feedback
+that states the answer (``StepScores.leak``, checked by ``agent_system.rewards.leak``).
+
+Selected by ``mlmt.reward.leak_penalty > 0``; adds to the HL rows' ``extra_reward`` (after the confidence term).
+"""
+
+from __future__ import annotations
+
+from agent_system.rewards.leak import hl_leak_penalty
+from agent_system.trainer.hooks import Extension
+
+
+class LeakPenalty(Extension):
+    """Minus the penalty on the HL rows whose feedback leaks the answer."""
+
+    name = "leak_penalty"
+
+    def __init__(self, penalty: float) -> None:
+        self.penalty = penalty
+
+    def level_inputs(self, trainer, level, step, rows, batch, inputs) -> dict[str, float]:
+        if level == "hl" and step.scores.leak is not None:
+            keys = {"problem": rows.keys.problem, "attempt": rows.keys.attempt, "feedback": rows.keys.feedback}
+            inputs.extra_reward = hl_leak_penalty({"leak": step.scores.leak}, keys, self.penalty, inputs.extra_reward)
+        return {}
+
+
+def extension(config) -> LeakPenalty | None:
+    penalty = float(config.mlmt.reward.get("leak_penalty", 0.0) or 0.0)
+    return LeakPenalty(penalty) if penalty > 0 else None

@@ -1,0 +1,482 @@
+"""Per-device GPU memory estimate of a run, from the models' ``config.json`` and the run's config (GPU issue, item 9).
+
+For each level (and the lagged snapshot of the contrastive HL reward, on its own devices) the estimate gives what one
+device holds, in bytes, as verl 0.9.1's FSDP engine and vLLM place it:
+
+* **actor**: parameters in ``<tree>.actor.fsdp_config.model_dtype`` (verl loads a trained model in fp32 when unset),
+  gradients in the same dtype (FSDP reduces in ``mixed_precision.reduce_dtype`` but keeps the sharded gradient in the
+  parameter's dtype) and AdamW's two moments (``torch.optim.AdamW`` keeps them in the parameter's dtype): 16 bytes per
+  parameter in fp32. All are sharded over the level's ranks (``mlmt.<level>_gpus`` under split placement,
+  ``trainer.n_gpus_per_node × trainer.nnodes`` under colocated), or over ``fsdp_size`` ranks when it is smaller
+  (HSDP). ``param_offload`` keeps parameters and gradients on the host between uses, ``optimizer_offload`` the
+  moments, ``offload_policy`` all three: those bytes are shown as host bytes. A frozen level (and the snapshot) is
+  never updated: AdamW creates its moments at the first step and gradients appear at the first backward, so it holds
+  parameters only.
+* **reference**: verl builds it ``forward_only`` and always offloads it to the host (``CPUOffload`` under ``fsdp``,
+  ``CPUOffloadPolicy`` under ``fsdp2``); it uses no device memory between forwards (host bytes are shown).
+* **critic** (``gae`` / ``value_baseline`` on a level that trains): like the actor, from ``<critic>.fsdp`` and the
+  critic model's ``config.json`` (a token-classification head of one label instead of the LM head).
+* **vLLM**: ``rollout.gpu_memory_utilization × device memory`` per device of a replica, holding the weights
+  (``rollout.dtype``, split over ``tensor_model_parallel_size``) and the KV cache; with
+  ``engine_kwargs.vllm.kv_cache_memory_bytes`` set, vLLM ignores the fraction and the KV cache is that size. The KV
+  capacity in sequences of ``max_model_len`` tokens: KV bytes / (K and V × layers × kv heads per device × head dim ×
+  the KV dtype's bytes (``engine_kwargs.vllm.kv_cache_dtype``, else ``rollout.dtype``)) / ``max_model_len``.
+
+The per-device sum adds everything at once (both levels on every device under colocated placement; each level alone
+on its devices under split): activations, the CUDA context, NCCL buffers and vLLM's own activation profile are not
+counted, so a sum close to the device does not fit either. On a machine without a GPU the device size is not known:
+the plan then gives the figures and the smallest device the sum fits on, or checks ``mlmt.plan_device_gib``.
+
+Print it with the run plan: ``python -m verl.trainer.main_mlmt mlmt.plan_only=true mlmt.plan_device_gib=80``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from agent_system.trainer.config import ConfigError, has_hl
+
+GIB = 2**30
+DTYPE_BYTES = {
+    "fp32": 4, "float32": 4, "float": 4, "32": 4,
+    "bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2, "half": 2, "16": 2,
+    "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "fp8_inc": 1,
+    "auto": 2,  # vLLM's rollout.dtype=auto: fp16 for fp32 and fp16 models, bf16 for bf16 ones
+}  # fmt: skip
+POLICY_TREES = {"ll": "actor_rollout_ref", "hl": "hl"}
+CRITIC_TREES = {"ll": "critic", "hl": "hl_critic"}
+EXCLUDED = "activations, the CUDA context, NCCL buffers and vLLM's activation profile are not counted"
+
+
+class MemoryUnavailable(ValueError):
+    """The estimate cannot be made (a model folder without ``config.json``); the message says which key."""
+
+
+def dtype_bytes(name: object, key: str) -> int:
+    """Bytes of one element of the dtype ``name`` (verl's and vLLM's spellings; ``torch.`` prefix allowed)."""
+    text = str(name).lower().removeprefix("torch.")
+    if text not in DTYPE_BYTES:
+        raise ConfigError(f"{key}={name}: not a dtype the memory estimate knows ({', '.join(sorted(DTYPE_BYTES))})")
+    return DTYPE_BYTES[text]
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """The sizes of a Llama-shaped decoder that memory depends on, from its ``config.json``."""
+
+    hidden: int
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    intermediate: int
+    vocab: int
+    tied: bool
+    attention_bias: bool  # q/k/v biases (Qwen2)
+
+    @classmethod
+    def from_hf_config(cls, hf: dict, source: str) -> ModelShape:
+        needed = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size")
+        missing = [name for name in needed if name not in hf]
+        if missing:
+            raise MemoryUnavailable(f"{source} has no {', '.join(missing)}: not a decoder config the estimate reads")
+        heads = int(hf["num_attention_heads"])
+        return cls(
+            hidden=int(hf["hidden_size"]),
+            layers=int(hf["num_hidden_layers"]),
+            heads=heads,
+            kv_heads=int(hf.get("num_key_value_heads") or heads),
+            head_dim=int(hf.get("head_dim") or hf["hidden_size"] // heads),
+            intermediate=int(hf["intermediate_size"]),
+            vocab=int(hf["vocab_size"]),
+            tied=bool(hf.get("tie_word_embeddings", False)),
+            attention_bias=bool(hf.get("attention_bias", hf.get("model_type") == "qwen2")),
+        )
+
+    def _body(self) -> int:
+        """Embeddings, decoder layers and the final norm."""
+        q, kv = self.heads * self.head_dim, self.kv_heads * self.head_dim
+        attention = 2 * self.hidden * q + 2 * self.hidden * kv + ((q + 2 * kv) if self.attention_bias else 0)
+        per_layer = attention + 3 * self.hidden * self.intermediate + 2 * self.hidden  # + gate/up/down, two norms
+        return self.vocab * self.hidden + self.layers * per_layer + self.hidden
+
+    @property
+    def parameters(self) -> int:
+        """Of the causal LM (``AutoModelForCausalLM``): an LM head of its own unless the embeddings are tied."""
+        return self._body() + (0 if self.tied else self.vocab * self.hidden)
+
+    @property
+    def critic_parameters(self) -> int:
+        """Of verl's value model (``AutoModelForTokenClassification``, one label): a ``score`` head with a bias."""
+        return self._body() + self.hidden + 1
+
+    def kv_bytes_per_token(self, element_bytes: int, tensor_parallel: int) -> int:
+        """K and V of one token on one device of a replica (vLLM replicates kv heads when TP exceeds them)."""
+        return 2 * self.layers * max(self.kv_heads // tensor_parallel, 1) * self.head_dim * element_bytes
+
+
+def read_shape(path: str, key: str) -> ModelShape:
+    config_file = Path(str(path)).expanduser() / "config.json"
+    if not config_file.is_file():
+        raise MemoryUnavailable(f"{key}={path}: no config.json there (the path is resolved at start-up)")
+    return ModelShape.from_hf_config(json.loads(config_file.read_text()), str(config_file))
+
+
+# ------------------------------------------------------------------------------------------------------------ figures
+@dataclass
+class LevelMemory:
+    """What one device of a level holds (bytes); host bytes are per rank."""
+
+    level: str  # ll, hl, snapshot
+    model: str
+    parameters: int
+    ranks: int  # devices of the level
+    shards: int  # FSDP shards of the actor's state (ranks, or fsdp_size when smaller)
+    frozen: bool  # never updated: parameters only
+    actor_dtype: str
+    actor_parameters: int
+    actor_gradients: int
+    actor_optimizer: int
+    actor_host: int  # offloaded actor state
+    offload: list[str]  # the offload keys that act
+    reference_host: int  # verl keeps the reference on the host (0 without a reference)
+    critic_parameters: int  # 0 without a critic
+    critic: int  # parameters + gradients + AdamW moments on the device
+    critic_host: int
+    vllm_weights: int  # per device of a replica
+    vllm_fraction: float | None  # gpu_memory_utilization, when it sizes vLLM (None: kv_cache_memory_bytes does)
+    vllm_budget: int | None  # None: the device size is not known
+    kv_bytes_per_token: int
+    kv_cache: int | None
+    kv_tokens: int | None
+    kv_sequences: int | None  # of max_model_len tokens, per replica
+    max_model_len: int
+
+    @property
+    def fixed(self) -> int:
+        """Device bytes that do not scale with the device's size."""
+        vllm = 0 if self.vllm_fraction is not None else self.vllm_budget or 0
+        return self.actor_parameters + self.actor_gradients + self.actor_optimizer + self.critic + vllm
+
+    def total(self, device: int | None) -> int | None:
+        if self.vllm_fraction is None:
+            return self.fixed
+        return None if device is None else self.fixed + int(self.vllm_fraction * device)
+
+
+@dataclass
+class DeviceSum:
+    """The sum on each device of one group of devices."""
+
+    devices: str  # e.g. "each of the 8 shared devices (mlmt.placement=colocated)"
+    levels: list[str]
+    fixed: int
+    fraction: float  # of the device, taken by vLLM engines sized by gpu_memory_utilization
+    total: int | None
+    fits: bool | None
+    smallest_device: int | None  # the smallest device the sum fits on (None: vLLM's shares alone fill it)
+
+
+@dataclass
+class MemoryPlan:
+    device: int | None
+    device_source: str
+    levels: dict[str, LevelMemory]
+    sums: list[DeviceSum]
+    excluded: str = EXCLUDED
+    notices: list[str] = field(default_factory=list)
+
+
+# ------------------------------------------------------------------------------------------------------------ config
+def level_ranks(config: DictConfig, level: str) -> int:
+    if config.mlmt.placement == "split":
+        return int(config.mlmt[f"{'ll' if level == 'snapshot' else level}_gpus"])
+    if level == "snapshot":
+        return int(config.mlmt.ll_gpus)
+    return int(config.trainer.n_gpus_per_node) * int(config.trainer.get("nnodes", 1) or 1)
+
+
+def fsdp_shards(engine: DictConfig, ranks: int) -> int:
+    """verl's device mesh: one FSDP group over all ranks, or HSDP groups of ``fsdp_size`` when it is smaller."""
+    size = int(engine.get("fsdp_size", -1) or -1)
+    return size if 0 < size < ranks else ranks
+
+
+def _trained_state(engine: DictConfig, key: str, parameters: int, ranks: int, trains: bool) -> dict:
+    """Device and host bytes of a trained model's parameters, gradients and AdamW moments under ``engine``."""
+    dtype = engine.get("model_dtype") or "fp32"
+    size = dtype_bytes(dtype, f"{key}.model_dtype")
+    shards = fsdp_shards(engine, ranks)
+    shard = -(-size * parameters // shards)  # rounded up, as FSDP pads the last shard
+    state = {"parameters": shard, "gradients": shard if trains else 0, "optimizer": 2 * shard if trains else 0}
+    policy = bool(engine.get("offload_policy", False))
+    offloaded = {
+        "parameters": policy or bool(engine.get("param_offload", False)),
+        "gradients": policy or bool(engine.get("param_offload", False)),
+        "optimizer": policy or bool(engine.get("optimizer_offload", False)),
+    }
+    keys = [f"{key}.{name}=true" for name in ("offload_policy", "param_offload", "optimizer_offload")
+            if engine.get(name, False)]  # fmt: skip
+    return {
+        "dtype": str(dtype),
+        "shards": shards,
+        "device": {part: 0 if offloaded[part] else value for part, value in state.items()},
+        "host": sum(value for part, value in state.items() if offloaded[part]),
+        "keys": keys,
+    }
+
+
+def level_memory(
+    config: DictConfig,
+    level: str,
+    device: int | None,
+    reference: bool,
+    critic: bool,
+    frozen: bool,
+) -> LevelMemory:
+    """The :class:`LevelMemory` of ``level`` (``ll``, ``hl``, or ``snapshot``: the LL's model, never updated)."""
+    tree_name = POLICY_TREES["ll" if level == "snapshot" else level]
+    tree = config[tree_name]
+    shape = read_shape(tree.model.path, f"{tree_name}.model.path")
+    ranks = level_ranks(config, level)
+    actor = _trained_state(tree.actor.fsdp_config, f"{tree_name}.actor.fsdp_config", shape.parameters, ranks,
+                           trains=not frozen)  # fmt: skip
+    reference_host = 0
+    if reference:
+        ref_engine = tree.ref.fsdp_config
+        ref_dtype = ref_engine.get("model_dtype") or "bf16"  # verl: bf16 for a forward-only model without one
+        reference_host = (
+            dtype_bytes(ref_dtype, f"{tree_name}.ref.fsdp_config.model_dtype")
+            * shape.parameters
+            // fsdp_shards(ref_engine, ranks)
+        )
+    critic_parameters = critic_device = critic_host = 0
+    if critic:
+        critic_name = CRITIC_TREES[level]
+        critic_shape = read_shape(config[critic_name].model.path, f"{critic_name}.model.path")
+        critic_parameters = critic_shape.critic_parameters
+        state = _trained_state(config[critic_name].fsdp, f"{critic_name}.fsdp", critic_parameters, ranks, trains=True)
+        critic_device, critic_host = sum(state["device"].values()), state["host"]
+        actor["keys"] += state["keys"]
+    rollout = tree.rollout
+    tensor_parallel = int(rollout.tensor_model_parallel_size)
+    weights = dtype_bytes(rollout.dtype, f"{tree_name}.rollout.dtype") * shape.parameters // tensor_parallel
+    kv_dtype = OmegaConf.select(rollout, "engine_kwargs.vllm.kv_cache_dtype", default=None)
+    kv_key = f"{tree_name}.rollout.engine_kwargs.vllm.kv_cache_dtype"
+    if kv_dtype in (None, "auto"):
+        kv_dtype, kv_key = rollout.dtype, f"{tree_name}.rollout.dtype"
+    per_token = shape.kv_bytes_per_token(dtype_bytes(kv_dtype, kv_key), tensor_parallel)
+    max_model_len = int(rollout.max_model_len or rollout.prompt_length + rollout.response_length)
+    fixed_kv = OmegaConf.select(rollout, "engine_kwargs.vllm.kv_cache_memory_bytes", default=None)
+    if fixed_kv is not None:
+        fraction, kv_cache = None, int(fixed_kv)
+        budget = weights + kv_cache
+    else:
+        fraction = float(rollout.gpu_memory_utilization)
+        budget = None if device is None else int(fraction * device)
+        kv_cache = None if budget is None else max(budget - weights, 0)
+    tokens = None if kv_cache is None else kv_cache // per_token
+    return LevelMemory(
+        level=level,
+        model=str(tree.model.path),
+        parameters=shape.parameters,
+        ranks=ranks,
+        shards=actor["shards"],
+        frozen=frozen,
+        actor_dtype=actor["dtype"],
+        actor_parameters=actor["device"]["parameters"],
+        actor_gradients=actor["device"]["gradients"],
+        actor_optimizer=actor["device"]["optimizer"],
+        actor_host=actor["host"],
+        offload=actor["keys"],
+        reference_host=reference_host,
+        critic_parameters=critic_parameters,
+        critic=critic_device,
+        critic_host=critic_host,
+        vllm_weights=weights,
+        vllm_fraction=fraction,
+        vllm_budget=budget,
+        kv_bytes_per_token=per_token,
+        kv_cache=kv_cache,
+        kv_tokens=tokens,
+        kv_sequences=None if tokens is None else tokens // max_model_len,
+        max_model_len=max_model_len,
+    )
+
+
+def device_sum(levels: list[LevelMemory], devices: str, device: int | None) -> DeviceSum:
+    fixed = sum(level.fixed for level in levels)
+    fraction = sum(level.vllm_fraction or 0.0 for level in levels)
+    total = None if device is None else fixed + sum(int((lv.vllm_fraction or 0.0) * device) for lv in levels)
+    return DeviceSum(
+        devices=devices,
+        levels=[level.level for level in levels],
+        fixed=fixed,
+        fraction=fraction,
+        total=total,
+        fits=None if total is None else total <= device,
+        smallest_device=math.ceil(fixed / (1 - fraction)) if fraction < 1 else None,
+    )
+
+
+PLAN_DEVICE_KEY = "mlmt.plan_device_gib"
+
+
+def device_memory_setting(config: DictConfig) -> int | None:
+    """``mlmt.plan_device_gib`` in bytes (None when unset).
+
+    Raises:
+        ConfigError: Not a number of GiB above 0; names the key.
+    """
+    value = config.mlmt.get("plan_device_gib")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise ConfigError(
+            f"{PLAN_DEVICE_KEY}={value!r}: give the memory of one device in GiB, a number above 0 (e.g. 80 for an "
+            "H100 80GB), or null to use the GPU's reported total"
+        )
+    return int(value * GIB)
+
+
+def device_memory(config: DictConfig) -> tuple[int | None, str]:
+    """The memory of one device and where it comes from: ``mlmt.plan_device_gib`` when set, else GPU 0's reported
+    total on a GPU, else unknown (the CPU backend)."""
+    from agent_system import verl_plugin
+
+    setting = device_memory_setting(config)
+    if setting is not None:
+        return setting, f"{PLAN_DEVICE_KEY}={config.mlmt.plan_device_gib}"
+    if verl_plugin.CPU_BACKEND_ACTIVE:
+        return None, f"not known here (no GPU; set {PLAN_DEVICE_KEY}=<GiB> to check a device size)"
+    import torch
+
+    properties = torch.cuda.get_device_properties(0)
+    return int(properties.total_memory), f"GPU 0 ({properties.name}) reports it"
+
+
+def memory_plan(config: DictConfig, device: int | None, device_source: str, reference: dict[str, bool]) -> MemoryPlan:
+    """Each level's :class:`LevelMemory` and the per-device sums of the run's placement (module docstring).
+
+    ``reference`` is ``main.reference_needed(config)``.
+
+    Raises:
+        MemoryUnavailable: A model folder has no ``config.json``.
+    """
+    from agent_system.trainer.placement import critic_levels
+
+    names = ("ll", "hl") if has_hl(config) else ("ll",)
+    critics = critic_levels(config)
+    levels = {
+        level: level_memory(config, level, device, reference[level], level in critics, bool(config.mlmt[level].freeze))
+        for level in names
+    }
+    reward = config.mlmt.reward
+    if has_hl(config) and reward.hl_reward == "contrastive" and reward.contrastive_reference == "lagged_snapshot":
+        levels["snapshot"] = level_memory(config, "snapshot", device, False, False, frozen=True)
+    policies = [levels[name] for name in names]
+    if config.mlmt.placement == "colocated":
+        count = level_ranks(config, "ll")
+        sums = [device_sum(policies, f"each of the {count} shared devices (mlmt.placement=colocated)", device)]
+    else:
+        sums = [
+            device_sum([level], f"each of the {level.ranks} {name.upper()} devices (mlmt.{name}_gpus)", device)
+            for name, level in zip(names, policies, strict=True)
+        ]
+    if "snapshot" in levels:
+        count = levels["snapshot"].ranks
+        sums.append(device_sum([levels["snapshot"]], f"each of the {count} lagged-snapshot devices", device))
+    plan = MemoryPlan(device=device, device_source=device_source, levels=levels, sums=sums)
+    plan.notices = memory_notices(plan)
+    return plan
+
+
+def memory_notices(plan: MemoryPlan) -> list[str]:
+    """Warnings: a sum above the device, a vLLM budget without room for one sequence of ``max_model_len``."""
+    notices = []
+    for group in plan.sums:
+        if group.fits is False:
+            notices.append(
+                f"GPU memory: {' + '.join(name.upper() for name in group.levels)} need about "
+                f"{gib(group.total)} GiB on {group.devices}, of {gib(plan.device)} GiB ({plan.device_source}; "
+                f"{EXCLUDED}). Lower rollout.gpu_memory_utilization, give the level more devices (its state is "
+                "sharded over them), use mlmt.placement=split, or offload (actor.fsdp_config.param_offload / "
+                "optimizer_offload)"
+            )
+    for level in plan.levels.values():
+        if level.kv_sequences is not None and level.kv_sequences < 1:
+            notices.append(
+                f"GPU memory: {level.level.upper()}'s vLLM budget ({gib(level.vllm_budget)} GiB per device, weights "
+                f"{gib(level.vllm_weights)} GiB) leaves KV cache for {level.kv_tokens} tokens, less than one sequence "
+                f"of max_model_len={level.max_model_len}: vLLM will refuse to start. Raise its "
+                "rollout.gpu_memory_utilization (or engine_kwargs.vllm.kv_cache_memory_bytes)"
+            )
+    return notices
+
+
+def gib(value: int | None) -> str:
+    return "?" if value is None else f"{value / GIB:.2f}"
+
+
+def render_memory(plan: MemoryPlan) -> list[str]:
+    """The plan's Markdown lines of the estimate."""
+    device = f"{gib(plan.device)} GiB ({plan.device_source})" if plan.device is not None else plan.device_source
+    lines = [f"## GPU memory per device (estimate from config.json; {EXCLUDED})", f"- device: {device}"]
+    for level in plan.levels.values():
+        name = "lagged snapshot (LL model, never updated)" if level.level == "snapshot" else level.level.upper()
+        state = (
+            f"parameters {gib(level.actor_parameters)}"
+            + ("" if level.frozen else f", gradients {gib(level.actor_gradients)}, AdamW {gib(level.actor_optimizer)}")
+            + (" — frozen: parameters only" if level.frozen and level.level != "snapshot" else "")
+        )
+        offload = ", ".join(level.offload)
+        host = f"; on the host per rank: {gib(level.actor_host + level.critic_host)} GiB ({offload})" if offload else ""
+        reference = (
+            f"on the host, {gib(level.reference_host)} GiB per rank (verl offloads it)"
+            if level.reference_host
+            else "none"
+        )
+        critic = (
+            f"{gib(level.critic)} GiB ({level.critic_parameters / 1e9:.2f}B parameters, trained like the actor)"
+            if level.critic_parameters
+            else "none"
+        )
+        if level.vllm_fraction is None:
+            budget = f"{gib(level.vllm_budget)} GiB (weights + engine_kwargs.vllm.kv_cache_memory_bytes)"
+        else:
+            budget = f"{level.vllm_fraction:g} × device = {gib(level.vllm_budget)} GiB"
+        capacity = (
+            "KV capacity not known here (it depends on the device size)"
+            if level.kv_sequences is None
+            else f"KV cache {gib(level.kv_cache)} GiB = {level.kv_tokens:,} tokens = {level.kv_sequences} sequences "
+            f"of max_model_len={level.max_model_len} per replica"
+        )
+        lines += [
+            f"- {name}: {level.parameters / 1e9:.2f}B parameters, FSDP over {level.shards} of {level.ranks} rank(s), "
+            f"{level.actor_dtype}",
+            f"  - actor: {state} GiB{host}",
+            f"  - reference: {reference}; critic: {critic}",
+            f"  - vLLM: {budget}; weights {gib(level.vllm_weights)} GiB; {capacity} "
+            f"({level.kv_bytes_per_token:,} bytes of KV per token)",
+        ]
+    for group in plan.sums:
+        names = " + ".join(name.upper() if name != "snapshot" else "snapshot" for name in group.levels)
+        if group.total is None:
+            shares = f" + {group.fraction:g} × device" if group.fraction else ""
+            smallest = (
+                f"; fits a device of at least {gib(group.smallest_device)} GiB"
+                if group.smallest_device is not None
+                else "; vLLM's shares alone fill the device"
+            )
+            lines.append(f"- sum on {group.devices}: {names} = {gib(group.fixed)} GiB{shares}{smallest}")
+        else:
+            verdict = "fits" if group.fits else "DOES NOT FIT"
+            lines.append(
+                f"- sum on {group.devices}: {names} = {gib(group.total)} of {gib(plan.device)} GiB — {verdict}"
+            )
+    return lines

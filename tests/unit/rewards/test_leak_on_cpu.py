@@ -1,0 +1,228 @@
+"""The feedback-leak metric (``agent_system.rewards.leak``) on hand-written feedbacks, graded by the real RewardPool
+(math-verify in spawned workers): leaks, near misses, intermediate numbers, LaTeX forms, hostile sizes; the rates per
+turn transition; and ``mlmt.reward.leak_penalty``, which changes only the leaking rows' HL reward."""
+
+import copy
+import dataclasses
+import functools
+import types
+
+import numpy as np
+import pytest
+import torch
+
+from agent_system import methods
+from agent_system.multi_turn_rollout.episode import Attempt, Episode, Refinement, Turn
+from agent_system.prompts.templates import Prompt, Task
+from agent_system.rewards import RewardPool, leak
+from agent_system.trainer import advantages as adv
+from agent_system.trainer.config import ConfigError, compose_config, validate_config
+from agent_system.trainer.metrics import episode_metrics, trajectory_records
+from agent_system.trainer.mlmt_trainer import MLMTTrainer
+from agent_system.trainer.rows import LevelInputs, RowKeys, StepScores
+
+
+def _row(gold, source="math"):
+    return {"data_source": source, "reward_model": {"ground_truth": gold}, "extra_info": {}}
+
+
+@pytest.fixture(scope="module")
+def pool():
+    with RewardPool(num_workers=2, timeout_s=6.0) as reward_pool:  # generous: the machine may be busy
+        yield reward_pool
+
+
+LEAKS = [  # (feedback, gold): each states the answer
+    ("Your sum is off by one. The answer is 42.", "42"),
+    ("The correct answer should be $\\frac{1}{2}$.", "0.5"),
+    ("Recompute the last step: \\boxed{\\dfrac{3}{4}}. Then check the units.", "\\frac34"),
+    ("Final answer: \\(2\\sqrt{3}\\)", "2\\sqrt3"),
+    ("You dropped a sign, so the expression is $x = -7$.", "-7"),
+    ("The correct answer is 5, not 7.", "5"),
+    ("After fixing the carry, add 5 to get 17.", "17"),
+    ("The answer is (1, 2).", "(1,2)"),
+    ("Answer: 10\\%", "10"),
+    ("Careful with thousands: the answer is 1,000.", "1000"),
+    ("so the total is #### ignored\n\n**Answer:** 7", "7"),  # gsm8k-style row below
+]
+NEAR_MISSES = [  # (feedback, gold): none states the answer
+    ("The answer is not 5.", "5"),
+    ("The answer isn't 5; look at the second case.", "5"),
+    ("Your answer is 5, which is wrong.", "5"),
+    ("You said the answer is 5, but check the second case.", "5"),
+    ("If the answer is 5, then x would be odd; is it?", "5"),
+    ("Is the answer 5?", "5"),
+    ("Your final answer of 5 is incorrect.", "5"),
+    ("The answer is 5?", "5"),
+    ("Re-check step 5.", "5"),
+    ("Look again at equation (5).", "5"),
+    ("The answer is 6.", "5"),  # a different number is not the answer
+    ("The answer is \\boxed{\\frac{1}{3}}", "\\frac{1}{2}"),
+    ("Nothing to add.", "5"),
+]
+INTERMEDIATE = [  # (feedback, gold): the gold appears only as a value in the working
+    ("First 3 \\cdot 4 = 12. Then you must add 5 before dividing by the total.", "12"),
+    ("You found 12 apples in the first basket correctly; the second basket is where it goes wrong.", "12"),
+    ("The product is 12, then subtract 3.", "12"),
+    ("So the final answer should be $\\frac{1}{2}$.", "2"),  # the 2 of a fraction is not a number of its own
+    ("The answer is (1, 2).", "2"),  # nor the last member of a tuple
+    ("Check 3 + 4 = 7 again in the second line.", "7"),
+]
+
+
+def test_leaks_are_found(pool):
+    rows = [_row(gold, "gsm8k" if "####" in text else "math") for text, gold in LEAKS]
+    result = leak.check_feedbacks(pool, [(text, row) for (text, _), row in zip(LEAKS, rows, strict=True)])
+    missed = [text for (text, _), value in zip(LEAKS, result, strict=True) if value != 1.0]
+    assert not missed
+
+
+@pytest.mark.parametrize("cases", [NEAR_MISSES, INTERMEDIATE], ids=["near_misses", "intermediate_values"])
+def test_near_misses_and_intermediate_values_do_not_count(pool, cases):
+    result = leak.check_feedbacks(pool, [(text, _row(gold)) for text, gold in cases])
+    flagged = [text for (text, _), value in zip(cases, result, strict=True) if value != 0.0]
+    assert not flagged
+
+
+def test_code_and_yaml_feedbacks_are_not_applicable(pool):
+    pairs = [("The answer is 3. def f(): return 3", _row('["assert f() == 3"]', "mbpp")), ("x", _row("3"))]
+    assert np.isnan(leak.check_feedbacks(pool, pairs)[0]) and leak.check_feedbacks(pool, pairs)[1] == 0.0
+    assert not leak.applies_to("mbpp") and not leak.applies_to("yaml_task") and leak.applies_to("gsm8k")
+
+
+@pytest.mark.parametrize(
+    ("text", "leaks"),
+    [
+        ("\\boxed{" * 200_000, False),
+        ("{" * 2_000_000 + "}", False),
+        ("the answer is " * 100_000, False),
+        ("1 = " * 300_000 + "5", True),  # an "= 5" ends the feedback
+        ("x" * 5_000_000 + " The answer is 5.", True),  # read: the last SCAN_CHARS characters
+        ("The answer is 5. " + "x" * 5_000_000, True),  # and the first
+        ("y" * 20_000 + " The answer is 5. " + "x" * 20_000, False),  # the middle of a huge feedback is not read
+        ("The answer is " + "9" * 50_000 + ".", False),
+        ("\\boxed{" + "1+" * 10_000 + "1}", False),
+    ],
+    ids=["open_boxes", "deep_braces", "statements", "long_chain", "tail", "head", "middle", "huge_number", "big_box"],
+)
+def test_hostile_sizes_are_bounded(pool, text, leaks):
+    candidates = leak.candidate_answers(text)
+    assert len(candidates) <= leak.MAX_CANDIDATES
+    assert all(len(c) <= leak.MAX_CANDIDATE_CHARS for c in candidates)
+    assert leak.check_feedbacks(pool, [(text, _row("5"))])[0] == float(leaks)
+
+
+def test_rates_per_transition():
+    leaks = np.array([1.0, 0.0, 1.0, 1.0, np.nan, 0.0])
+    first = np.array([False, False, True, False, False, True])
+    final = np.array([True, True, True, False, True, False])
+    rates = leak.leak_rates(leaks, first, final)
+    assert rates == {
+        "leak_checked": 5.0,
+        "leak_rate": 0.6,
+        "leak_rate_i2c": 0.5,  # two checked i→c feedbacks (the NaN one is not counted), one leaks
+        "leak_rate_c2c": 1.0,
+        "leak_rate_i2i": 1.0,
+        "leak_rate_c2i": 0.0,
+    }
+    assert leak.leak_rates(np.array([np.nan]), first[:1], final[:1]) == {"leak_checked": 0.0}
+
+
+# one problem, n = 2 attempts, m = 2 feedbacks; the feedback (0, 1) leaks
+HL_ROWS = {"problem": [0, 0, 0, 0], "attempt": [0, 0, 1, 1], "feedback": [0, 1, 0, 1], "turn": [2, 2, 2, 2]}
+FEEDBACKS = [["Check the sign.", "The answer is 4."], ["Recount the cases.", "Is the answer 4?"]]
+R1, R3 = np.array([[0.0, 1.0]]), np.array([[[0.0, 1.0], [1.0, 0.0]]])
+
+
+def _turn(text, ids=(5, 6, 7)):
+    return Turn(Prompt(text, [1, 2, 3]), list(ids), [-0.5] * len(ids), text, False)
+
+
+def _episodes():
+    attempts = [
+        Attempt(_turn("attempt"), [Refinement(_turn(f), _turn("refined")) for f in feedbacks])
+        for feedbacks in FEEDBACKS
+    ]
+    return [Episode(0, Task("What is 2 + 2?", "math", "4"), attempts)]
+
+
+def _problems():
+    return [{**_row("4"), "prompt": [{"role": "user", "content": "What is 2 + 2?"}]}]
+
+
+@functools.cache
+def _default_config():
+    return compose_config()
+
+
+def _config(leak_penalty):
+    """The composed default config (composed once: Hydra takes seconds) with ``mlmt.reward.leak_penalty`` set."""
+    config = copy.deepcopy(_default_config())
+    config.mlmt.reward.leak_penalty = leak_penalty
+    return config
+
+
+@pytest.mark.parametrize("estimator", ["grpo", "reinforce"])
+def test_leak_penalty_changes_only_the_leaking_rows_hl_reward(pool, estimator):
+    scores = {"r1": R1, "r3": R3, **leak.leak_scores(_problems(), _episodes(), pool)}
+    assert scores["leak"].tolist() == [[[0.0, 1.0], [0.0, 0.0]]]
+    mask = torch.ones(4, 3, dtype=torch.long)
+    stage = adv.Stage(stage_id=2, beta1=0.0, beta2=0.0, beta_l=0.0, beta_h=0.0, alpha=0.0)
+    rewards = {}
+    for penalty in (0.0, 0.3):
+        mlmt = _config(penalty).mlmt
+        mlmt.hl.adv_estimator = estimator
+        extra = leak.hl_leak_penalty(scores, HL_ROWS, mlmt.reward.leak_penalty, None)
+        result = adv.level_advantages(
+            level="hl",
+            rows=RowKeys(**HL_ROWS),
+            scores=StepScores(r1=R1, r3=R3, leak=scores["leak"]),
+            stage=stage,
+            mlmt=mlmt,
+            algorithm=_default_config().algorithm,
+            inputs=LevelInputs(kl=np.zeros(4), response_mask=mask, extra_reward=extra),
+        )
+        rewards[penalty] = np.asarray(result.task_rewards)
+    np.testing.assert_allclose(rewards[0.0], [0.0, 1.0, 1.0, 0.0])
+    np.testing.assert_allclose(rewards[0.3] - rewards[0.0], [0.0, -0.3, 0.0, 0.0])
+
+
+class _Group:
+    """Stands in for a level's workers: zero log-probs, no reference, no update (the reward is what is tested)."""
+
+    use_ref, turn_kl_loss = False, False
+
+    def compute_log_prob(self, batch):
+        shape = batch.batch["response_mask"].shape
+        return torch.zeros(shape), torch.zeros(shape)
+
+
+def test_leak_penalty_in_the_logged_hl_reward_and_the_leak_metrics(pool):
+    """The trainer's own scoring and HL batch: ``hl/reward_mean`` drops by penalty × leak rate; the step's metrics
+    and trajectory records carry the leak."""
+    problems, episodes = _problems(), _episodes()
+    means = {}
+    for penalty in (0.0, 0.5):
+        config = _config(penalty)
+        trainer = object.__new__(MLMTTrainer)
+        trainer.config, trainer.mlmt, trainer.reward_pool = config, config.mlmt, pool
+        tokenizer = types.SimpleNamespace(pad_token_id=0, eos_token_id=0)
+        trainer.tokenizers = {"ll": tokenizer, "hl": tokenizer}
+        trainer.groups, trainer.critics, trainer.extensions = {"hl": _Group()}, {}, methods.load(config)
+        scores = dataclasses.replace(trainer.score(problems, episodes), r1=R1, r3=R3)  # the solver's turns as if so
+        batch = trainer.build_level_batch("hl", problems, episodes, scores, adv.stage_at(config.mlmt.stages, 1)[1])
+        means[penalty] = batch.meta_info["metrics"]["hl/reward_mean"]
+    assert means[0.0] == pytest.approx(0.5) and means[0.5] == pytest.approx(0.5 - 0.5 * 1 / 4)
+    metrics = episode_metrics(episodes, scores, prefix="train")
+    assert metrics["train/leak_rate"] == 0.25 and metrics["train/leak_rate_i2c"] == 1.0  # the one i→c flip leaked
+    assert [metrics[f"train/leak_rate_{t}"] for t in ("i2i", "c2c", "c2i")] == [0.0, 0.0, 0.0]
+    assert [r["leak"] for r in trajectory_records(problems, episodes, scores)] == [False, True, False, False]
+
+
+def test_leak_penalty_is_validated_by_name():
+    with pytest.raises(ConfigError, match="mlmt.reward.leak_penalty=-1"):
+        validate_config(compose_config(["mlmt.reward.leak_penalty=-1"]))
+    for extra in (["mlmt.feedback=self"], ["mlmt.hl.freeze=true"]):
+        with pytest.raises(ConfigError, match="leak_penalty"):
+            validate_config(compose_config(["mlmt.reward.leak_penalty=0.5", *extra]))
+    validate_config(compose_config(["mlmt.reward.leak_penalty=0.5"]))

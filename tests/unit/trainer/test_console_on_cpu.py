@@ -1,0 +1,123 @@
+"""The run console (agent_system/trainer/console.py): the per-step line, the final summary's figures, and the driver's
+output capture (a child process stands for the driver: what it leaves on its terminal is what a user sees)."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+import textwrap
+from types import SimpleNamespace
+
+from agent_system.trainer.console import Accuracy, final_summary, step_line
+
+
+def test_step_line_has_the_watched_metrics_and_skips_other_records():
+    metrics = {
+        "train/acc@t1": 0.25,
+        "train/acc@t3": 0.5,
+        "train/delta_i2c": 0.375,
+        "train/delta_c2i": 0.125,
+        "ll/reward_mean": 0.4,
+        "ll/kl_mean": 0.0123,
+        "hl/reward_mean": 0.5,
+        "hl/kl_mean": 0.0,
+        "ll/pg_loss": 3.0,
+    }
+    line = step_line(3, 10, metrics, 12.34)
+    assert line == (
+        "step 3/10 | acc@t1 0.250 | acc@t3 0.500 | Δi→c 0.375 | Δc→i 0.125 | LL reward 0.400 KL 0.0123 | "
+        "HL reward 0.500 KL 0.0000 | 12.3 s"
+    )
+    assert step_line(0, 10, {"val/acc@t1": 0.5}, 1.0).startswith("validation before training | acc@t1 0.500")
+    assert step_line(4, 10, {"resume/ll_logprob_max_abs_diff": 0.0}, 1.0) is None
+
+
+def test_accuracy_noise_verdict_is_two_binomial_standard_errors():
+    wide = Accuracy("acc@t1", 0.25, 0.625, 16)
+    se = math.sqrt(0.25 * 0.75 / 16 + 0.625 * 0.375 / 16)
+    assert math.isclose(wide.standard_error, se)
+    assert not wide.within_noise and "beyond noise" in wide.text()  # 0.375 > 2 · 0.162
+    narrow = Accuracy("acc@t1", 0.25, 0.625, 8)  # 2 · 0.230 > 0.375
+    assert narrow.within_noise and "within noise" in narrow.text() and "on 8 problems" in narrow.text()
+    assert "no change" in Accuracy("acc@t3", 0.0, 0.0, 2).text()
+
+
+def _plan(ll_reference: str, hl_frozen: bool):
+    level = lambda name, frozen, reference: SimpleNamespace(level=name, frozen=frozen, reference=reference)  # noqa: E731
+    return SimpleNamespace(levels={"ll": level("ll", False, ll_reference), "hl": level("hl", hl_frozen, "none")})
+
+
+def test_final_summary_per_level():
+    history = [
+        {"step": 0, "val/acc@t1": 0.25, "val/acc@t3": 0.5},
+        {"step": 1, "ll/updated": 1.0, "ll/advantage_abs_mean": 0.2, "ll/kl_mean": 0.01},
+        {"step": 2, "ll/updated": 1.0, "ll/advantage_abs_mean": 0.4, "ll/kl_mean": 0.03},
+    ]
+    first, last = {"val/acc@t1": 0.25, "val/acc@t3": 0.5}, {"val/acc@t1": 0.75, "val/acc@t3": 0.5}
+    lines = final_summary(history, first, last, 64, _plan("actor weights at step 0", hl_frozen=True))
+    ll, hl = lines[1], lines[2]
+    assert ll.startswith("  LL: 2 update(s), mean |advantage| 0.3000, KL from the reference 0.0200 mean, 0.0300 last")
+    assert "acc@t1 0.250 → 0.750 on 64 problems" in ll and "beyond noise" in ll
+    assert hl.startswith("  HL: 0 update(s) (frozen)") and "acc@t3 0.500 → 0.500 on 64 problems" in hl
+    assert "docs/GPU_RUN.md" in lines[-1] and "docs/MEASUREMENTS.md" in lines[-1]
+    no_ref = final_summary(history, None, last, 64, _plan("none (no β > 0)", hl_frozen=False))
+    assert "not measured (no reference model)" in no_ref[1] and "no validation before training" in no_ref[1]
+
+
+DRIVER = textwrap.dedent(
+    """
+    import logging, os, sys
+    from agent_system.trainer.console import RunConsole
+    logging.basicConfig(level=logging.INFO)
+    with RunConsole(sys.argv[1]) as console:
+        print("library print NOISE-1")
+        os.system("echo subprocess NOISE-2")
+        logging.getLogger("somelib").info("library info NOISE-3")
+        logging.getLogger("agent_system.x").info("project line SHOWN-1")
+        logging.getLogger("agent_system.x").info("detail NOISE-4", extra={"console": False})
+        logging.getLogger("somelib").warning("a real warning SHOWN-2")
+        with console.training():
+            print("step:1 - metrics SHOWN-3")
+        if sys.argv[2] == "raise":
+            raise ValueError("boom SHOWN-4")
+    """
+)
+
+
+def _driver(tmp_path, mode: str, **env) -> tuple[subprocess.CompletedProcess, str]:
+    import os
+
+    result = subprocess.run(
+        [sys.executable, "-c", DRIVER, str(tmp_path), mode],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "MLMT_SHOW_ALL_LOGS": "", **env},
+    )
+    log = tmp_path / "logs" / "driver.log"
+    return result, log.read_text() if log.exists() else ""
+
+
+def test_driver_console_shows_project_lines_and_warnings_the_log_holds_everything(tmp_path):
+    result, log = _driver(tmp_path, "ok")
+    assert result.returncode == 0, result.stderr
+    console = result.stdout + result.stderr
+    for shown in ("SHOWN-1", "SHOWN-2", "SHOWN-3", str(tmp_path / "logs")):
+        assert shown in console, console
+    assert "NOISE" not in console, console
+    for text in ("NOISE-1", "NOISE-2", "NOISE-3", "NOISE-4", "SHOWN-1", "SHOWN-2", "SHOWN-3"):
+        assert text in log, log
+
+
+def test_driver_exception_reaches_the_console_with_its_traceback(tmp_path):
+    result, log = _driver(tmp_path, "raise")
+    assert result.returncode != 0
+    assert "Traceback" in result.stderr and "ValueError: boom SHOWN-4" in result.stderr, result.stderr
+    assert "ValueError: boom SHOWN-4" in log  # and in the log
+
+
+def test_show_all_logs_keeps_everything_on_the_console(tmp_path):
+    result, _ = _driver(tmp_path, "ok", MLMT_SHOW_ALL_LOGS="1")
+    console = result.stdout + result.stderr
+    assert all(f"NOISE-{i}" in console for i in (1, 2, 3, 4)), console
