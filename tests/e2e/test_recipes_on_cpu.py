@@ -12,13 +12,16 @@
   II at step 2; the second attempt reads the fixed self-correction instruction; no HL. Each stage puts its own β on
   each turn (stage I: β2 on turn 1; stage II: β1); the solver moves away from its reference after step 1 (an
   entropy bonus gives a gradient even when the toy task rewards nothing). The toy task's rewards are 0 at these
-  two steps, so each stage's task rewards and advantages (stage I: turn 1 gets its KL term only; stage II: R1, and
-  R3 + α(R3 − R1) on the second attempt), for every estimator, are unit-tested
-  (tests/unit/trainer/test_level_advantages_on_cpu.py).
+  two steps; the stage rewards are checked end to end on the RL-guided SCoRe run below (same stages, rewards not all
+  0), and for every estimator in tests/unit/trainer/test_level_advantages_on_cpu.py.
 * **RL-guided SCoRe** (recipes/rl_guided_score): the guidance model (HL) trained by REINFORCE with verl's KL loss to
   its reference. Its KL to the reference is 0 at step 1 (same weights) and > 0 at step 2: the REINFORCE update
   reached the guidance model's weights (the original's bug detached that gradient). The solver is the cue task's
-  half-sure one (cue_task.py), so whether the second attempt is right varies with the hint. Moving away says nothing
+  sure one (cue_task.py): its second attempt is right exactly when the hint carries a digit, about a quarter of
+  the time, and its first attempt is wrong. SCoRe's stage rewards, from the run's trajectories: the logged solver
+  reward (``ll/reward_mean``, task rewards before any KL term) equals, at step 1 (stage I), R3 on the turn-3 rows
+  and 0 on the turn-1 rows, and at step 2 (stage II) R1 on turn 1 and R3 + α(R3 − R1) on turn 3 with α = 10; the
+  run is checked to be one where α = 0 would give a different value (by more than 0.1). Moving away says nothing
   of the direction (a negated advantage moves it too); the run's logged HL advantages have the sign of its R3
   rewards (REINFORCE on R3 ∈ {0, 1}), and the direction of the update itself is tested on a real actor in
   tests/integration/test_rl_guided_score_direction_on_cpu.py (and the advantages in
@@ -135,11 +138,12 @@ def test_score_two_stages_without_a_feedback_writer(tiny_models, toy_data, tmp_p
         assert "Check your attempt" in record["prompts"]["refine"]
 
 
-def test_rl_guided_score_trains_the_guidance_model(cue_ll_unsure, cue_hl, cue_data, tmp_path):
+def test_rl_guided_score_trains_the_guidance_model(cue_ll_sure, cue_hl, cue_data, tmp_path):
+    out = tmp_path / "rl_guided"
     metrics = run_main(
-        tmp_path / "rl_guided",
+        out,
         [
-            f"actor_rollout_ref.model.path={cue_ll_unsure}",
+            f"actor_rollout_ref.model.path={cue_ll_sure}",
             f"hl.model.path={cue_hl}",
             f"data.train_files={cue_data[0]}",
             f"data.val_files={cue_data[1]}",
@@ -149,8 +153,9 @@ def test_rl_guided_score_trains_the_guidance_model(cue_ll_unsure, cue_hl, cue_da
             "data.train_batch_size=2",
             "data.max_response_length=6",
             "hl.rollout.response_length=4",
-            "mlmt.n=4",
+            "mlmt.n=12",
             "mlmt.m=1",
+            "mlmt.trajectories_per_step=1000",
             "mlmt.ll.adv_estimator=reinforce",
             "mlmt.hl.adv_estimator=reinforce",
             *SCORE_STAGES,
@@ -167,3 +172,19 @@ def test_rl_guided_score_trains_the_guidance_model(cue_ll_unsure, cue_hl, cue_da
     for s in (1, 2):  # REINFORCE on R3: each feedback token's advantage is its R3, so > 0 exactly when some R3 = 1
         assert metrics[s]["hl/advantage_mean"] >= 0.0, metrics[s]
         assert (metrics[s]["hl/advantage_mean"] > 0) == (metrics[s]["hl/reward_mean"] > 0), metrics[s]
+    # SCoRe's stage rewards, recomputed from the run's trajectories (one record per attempt, m = 1): the solver's
+    # task rewards over its B·n turn-1 and B·n turn-3 rows, as logged (ll/reward_mean, before any KL term)
+    alpha = 10.0  # SCORE_STAGES: stage II from step 2
+    for s, stage_two in ((1, False), (2, True)):
+        records = trajectories(out, s)
+        r1, r3 = np.array([r["R1"] for r in records]), np.array([r["R3"] for r in records])
+        assert len(records) == metrics[s]["ll/rows"] / 2, (s, len(records), metrics[s])
+        if stage_two:  # turn 1: R1; turn 3: R3 + α(R3 − R1)
+            expected = (r1.sum() + (r3 + alpha * (r3 - r1)).sum()) / (2 * len(records))
+            without_bonus = (r1.sum() + r3.sum()) / (2 * len(records))
+            # a run whose stage-II bonus sums to 0 could not tell α from 0: the task makes R3 = 1 on about a quarter
+            # of the rows (the feedback's digit) and R1 = 0 on nearly all, so that has odds of about 1e-3
+            assert abs(expected - without_bonus) > 0.1, (r1, r3)
+        else:  # stage I: turn 1 gets no task reward (its β2·KL term only), turn 3 gets R3 and no bonus
+            expected = r3.sum() / (2 * len(records))
+        assert metrics[s]["ll/reward_mean"] == pytest.approx(expected, abs=1e-6), (s, r1, r3, metrics[s])
