@@ -263,6 +263,22 @@ def reference_needed(config: DictConfig) -> dict[str, bool]:
     }
 
 
+def critic_levels(config: DictConfig) -> tuple[str, ...]:
+    """The levels that get a value model (verl's critic): those whose estimator reads one (``gae``, or
+    ``value_baseline`` whose V also shapes the HL's ``value_shaped`` reward) and that train.
+
+    A frozen level is never updated, so no advantage of its rows is ever computed: its critic would take memory and
+    a folder in every checkpoint for nothing, and is not built (config validation rejects ``value_baseline`` with a
+    frozen LL, the one case where another level would read it).
+    """
+    levels = LEVELS if has_hl(config) else ("ll",)
+    return tuple(
+        level
+        for level in levels
+        if config.mlmt[level].adv_estimator in ("gae", "value_baseline") and not config.mlmt[level].freeze
+    )
+
+
 def level_nodes(config: DictConfig, level: str) -> list[int]:
     """Processes per node of a level's own pool (``mlmt.<level>_gpus`` devices), verl's ``process_on_nodes``.
 

@@ -211,10 +211,10 @@ def build_trainer(config: DictConfig):
     from agent_system.rewards import RewardPool
     from agent_system.rewards.code_sandbox import SandboxLimits
     from agent_system.rewards.judge import trainer_judge
-    from agent_system.trainer.config import has_hl, reference_needed
+    from agent_system.trainer.config import critic_levels, has_hl, reference_needed
     from agent_system.trainer.console import phase
     from agent_system.trainer.mlmt_trainer import MLMTTrainer
-    from agent_system.trainer.placement import build_workers, critic_levels
+    from agent_system.trainer.placement import build_workers
     from agent_system.trainer.turn_kl import ActorWorker
 
     use_ref = reference_needed(config)

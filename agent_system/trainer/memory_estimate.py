@@ -39,7 +39,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from agent_system.trainer.config import ConfigError, has_hl
+from agent_system.trainer.config import ConfigError, critic_levels, has_hl
 
 GIB = 2**30
 DTYPE_BYTES = {
@@ -368,7 +368,6 @@ def memory_plan(config: DictConfig, device: int | None, device_source: str, refe
     Raises:
         MemoryUnavailable: A model folder has no ``config.json``.
     """
-    from agent_system.trainer.placement import critic_levels
 
     names = ("ll", "hl") if has_hl(config) else ("ll",)
     critics = critic_levels(config)

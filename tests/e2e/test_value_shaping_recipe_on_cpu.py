@@ -3,7 +3,7 @@
 Two runs, ``mlmt.value_shaping.value_grad=stop`` and ``=full``, 2 steps each (hf rollout servers at both levels, the
 symmetric reward R ∈ {−1, +1}; 12 solver rows, more than one critic mini-batch of 6, so each critic update takes
 two optimizer steps, each with its own full-grad term, whose scale is unit-tested in
-tests/unit/trainer/test_value_shaping_on_cpu.py), made reproducible across runs: greedy decoding (``top_k=1`` at
+tests/unit/methods/test_value_shaping_shaping_on_cpu.py), made reproducible across runs: greedy decoding (``top_k=1`` at
 temperature 1, so log-probs stay those of the sampled policy; the hf server's sampling depends on how concurrent
 requests are batched) and a critic checkpoint with a saved value head (verl would initialise a missing one from an
 unseeded RNG). The variants differ where they should and only there:

@@ -1,4 +1,4 @@
-"""Which levels get a value model (``placement.critic_levels``, what ``main.build_trainer`` builds and the trainer
+"""Which levels get a value model (``config.critic_levels``, what ``main.build_trainer`` builds and the trainer
 saves with every checkpoint): a level whose estimator reads one, unless it is frozen (issue 16, item 9: a frozen
 level's critic was built, held in memory and written to every checkpoint although it never acted).
 """
@@ -8,8 +8,7 @@ import copy
 import pytest
 from omegaconf import OmegaConf
 
-from agent_system.trainer.config import compose_config
-from agent_system.trainer.placement import critic_levels
+from agent_system.trainer.config import compose_config, critic_levels
 
 BASE = compose_config([])  # composed once: the cases below change only mlmt keys
 
