@@ -305,5 +305,5 @@ def final_summary(history: list[dict], first_val: dict | None, last_val: dict | 
         elif not first_val:
             head += "; no validation before training (trainer.val_before_train=false): accuracy change not measured"
         lines.append("  " + head)
-    lines.append(f"  learning shown on tiny and pretrained models: {LEARNING_DOC}; a GPU run: {GPU_DOC}")
+    lines.append(f"  learning shown on tiny models (CPU): {LEARNING_DOC}; a GPU run: {GPU_DOC}")
     return lines

@@ -2,7 +2,7 @@
 whose time limit falls mid-run completes all its steps across a requeue, none lost or repeated.
 
 The test starts slurmctld, munged and two slurmd (scripts/local_slurm.sh; Slurm is installed by .ci/run) and submits
-the batch script in the seed's form, `sbatch -N2 mlmt-configs/math/submit_mlmt.sbatch
+the batch script in the seed's form, `sbatch -N2 --cpus-per-task=2 mlmt-configs/math/submit_mlmt.sbatch
 mlmt-configs/math/HLT_LLT_RR_1_1.sh key=value ...` (the link to mlmt-configs/submit_mlmt.sbatch), tiny models, 16
 steps, with `--time=3 --signal=B:USR1@120`: Slurm sends the batch script SIGUSR1 60 s into the run; a fast machine
 can finish before that, so the test also sends the batch script the same signal (`scancel --batch --signal=USR1`),
@@ -96,6 +96,7 @@ def test_sbatch_two_nodes_time_limit_warning_checkpoints_requeues_and_resumes(sl
         "sbatch",
         "--parsable",
         f"-N{NODES}",
+        "--cpus-per-task=2",  # the script passes it on to each `srun` (-c) and to Ray (--num-cpus), as on a GPU cluster
         "--time=3",
         "--signal=B:USR1@120",
         f"--output={log}",
