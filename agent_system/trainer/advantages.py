@@ -9,15 +9,14 @@ Pure functions over tensors and lists: unit-tested without Ray.
 Task rewards, placed on the last response token of each row and turned into advantages by the level's estimator,
 run on each turn's rows on their own (group-normalised for grpo; whitened per turn for reinforce_plus_plus and gae).
 In stage I the turn-1 rows get no task advantage under any estimator (with gae the critic's values would otherwise
-give them one), only their β2·KL term:
+give them one), only their β·KL term:
 
     turn 1 (LL)   stage I: 0                      stage II: R1
     turn 3 (LL)   stage I: R3                     stage II: R3 + α(R3 − R1)
     turn 2 (HL)   S2,  S2 = R3 | R3 + α(R3 − R1) (stage II only) | (1+λ)R3 − λ·R_ref   (+ optional confidence term)
 
-KL terms, one β per turn (``kl_coefficients``):
-
-    turn 1: stage I β2, stage II β1;   turn 3: β_L;   turn 2: β_H
+KL terms, one β per turn and stage (``kl_coefficients``): ``mlmt.stages.beta_turn1`` (SCoRe's β2 in a stage I, β1 in
+a stage II), ``beta_turn3`` (the solver's refinement) and ``beta_turn2`` (the HL's feedback).
 
 ``mlmt.stages.kl_in`` chooses where β·KL acts, in both cases proportionally to β whatever the group's reward spread:
 
@@ -47,13 +46,12 @@ from agent_system.trainer.rows import LevelInputs, RowKeys, StepScores
 
 @dataclass(frozen=True)
 class Stage:
-    """Coefficients of the active stage."""
+    """Coefficients of the active stage: the β of each turn's rows and the stage-II progress bonus α."""
 
     stage_id: int
-    beta1: float
-    beta2: float
-    beta_l: float
-    beta_h: float
+    beta_turn1: float
+    beta_turn2: float
+    beta_turn3: float
     alpha: float
 
 
@@ -66,16 +64,15 @@ def stage_at(stages_config, step: int) -> tuple[int, Stage]:
     index = max(i for i, start in enumerate(stages_config.schedule) if start <= step)
     return index, Stage(
         stage_id=int(stages_config.stage_ids[index]),
-        beta1=float(stages_config.beta1[index]),
-        beta2=float(stages_config.beta2[index]),
-        beta_l=float(stages_config.beta_l[index]),
-        beta_h=float(stages_config.beta_h[index]),
+        beta_turn1=float(stages_config.beta_turn1[index]),
+        beta_turn2=float(stages_config.beta_turn2[index]),
+        beta_turn3=float(stages_config.beta_turn3[index]),
         alpha=float(stages_config.alpha[index]),
     )
 
 
 def turn1_task_rewards(r1: np.ndarray, stage: Stage) -> np.ndarray:
-    """Turn-1 task reward: none in stage I (the turn only gets −β2·KL), R1 in stage II."""
+    """Turn-1 task reward: none in stage I (the turn only gets its −β·KL), R1 in stage II."""
     if stage.stage_id == 1:
         return np.zeros_like(r1, dtype=np.float64)
     return r1.astype(np.float64)
@@ -90,9 +87,8 @@ def turn3_task_rewards(r1_of_attempt: np.ndarray, r3: np.ndarray, stage: Stage) 
 
 
 def kl_coefficients(turn: np.ndarray, stage: Stage) -> np.ndarray:
-    """β of each row by turn: turn 1 β2 (stage I) or β1 (stage II), turn 2 β_H, turn 3 β_L."""
-    beta_turn1 = stage.beta2 if stage.stage_id == 1 else stage.beta1
-    betas = {1: beta_turn1, 2: stage.beta_h, 3: stage.beta_l}
+    """β of each row: its turn's β in the stage."""
+    betas = {1: stage.beta_turn1, 2: stage.beta_turn2, 3: stage.beta_turn3}
     return np.array([betas[int(t)] for t in turn], dtype=np.float64)
 
 
@@ -153,13 +149,6 @@ def hl_scores(
             raise ValueError("hl_reward=contrastive needs the reference refinements' scores (R_ref)")
         return (1 + contrastive_lambda) * r3 - contrastive_lambda * r_ref
     raise ValueError(f"unknown hl_reward {mode!r}")
-
-
-def confidence_bonus(
-    logp_with_feedback: np.ndarray, logp_without_feedback: np.ndarray, weight: float, clip: float
-) -> np.ndarray:
-    """λ·clip(mean-token log p(y*|x,z,g) − mean-token log p(y*|x,z)): feedback that makes the reference likelier."""
-    return weight * np.clip(logp_with_feedback - logp_without_feedback, -clip, clip)
 
 
 def group_keys(problem: list[int], attempt: list[int], turn: list[int], turn3_group_by: str) -> np.ndarray:
@@ -394,7 +383,7 @@ def level_advantages(
         return per_turn_advantages(estimator, token_rewards, response_mask, index, algorithm, turn, inputs.values)
 
     advantages, returns = estimate(task)
-    if level == "ll" and stage.stage_id == 1:  # stage I: turn 1 has no task reward, only its β2·KL term
+    if level == "ll" and stage.stage_id == 1:  # stage I: turn 1 has no task reward, only its β·KL term
         advantages = advantages * torch.as_tensor(turn != 1, dtype=advantages.dtype)[:, None]
     r3_advantages = None
     if level == "hl":

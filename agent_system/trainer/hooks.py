@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    import pandas as pd
     from verl import DataProto
 
     from agent_system.trainer.advantages import LevelAdvantages
@@ -27,9 +28,9 @@ if TYPE_CHECKING:
 class Extension:
     """Hooks a method adds to the loop; each does nothing unless overridden.
 
-    Order within a step: ``level_inputs`` and ``level_metrics`` while each level's batch is built (log-probs →
-    the hook → advantages → metrics), ``before_updates`` once both batches exist, ``after_step`` after the updates
-    and weight syncs. ``save`` / ``restore`` run with every checkpoint and on resume.
+    Before the workers start, ``check_data`` reads the training rows. Order within a step: ``level_inputs`` and
+    ``level_metrics`` while each level's batch is built (log-probs → the hook → advantages → metrics),
+    ``before_updates`` once both batches exist, ``after_step`` after the updates and weight syncs. ``save`` / ``restore`` run with every checkpoint and on resume.
     """
 
     name = "extension"
@@ -40,6 +41,9 @@ class Extension:
     def actor_class(self, level: str, base: type) -> type:
         """The Ray worker class of ``level``'s actor: ``base`` or a subclass of it adding registered calls."""
         return base
+
+    def check_data(self, frame: pd.DataFrame, path: str) -> None:
+        """Before any worker starts: refuse training rows the method cannot use (raise ValueError naming ``path``)."""
 
     def start(self, trainer: Any) -> None:
         """Once, after the workers started and before the first step (start actors, load models)."""

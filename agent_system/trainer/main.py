@@ -159,17 +159,6 @@ def preflight(config: DictConfig):
     return plan
 
 
-def check_reference_solutions(frame: pd.DataFrame, path) -> None:
-    """The confidence term scores ``extra_info.reference_solution``: every training row must have a non-empty one."""
-    for position, extra in enumerate(frame["extra_info"] if "extra_info" in frame else [None] * len(frame)):
-        reference = (extra or {}).get("reference_solution") if isinstance(extra, dict) else None
-        if not isinstance(reference, str) or not reference.strip():
-            raise ValueError(
-                f"{path}: row {position} has no extra_info.reference_solution, which mlmt.reward.confidence_lambda > 0 "
-                "scores; add one to every row or set mlmt.reward.confidence_lambda=0"
-            )
-
-
 def check_prompt_budget(config: DictConfig, prompts, tokenizers: dict, frames: dict[str, pd.DataFrame | None]) -> None:
     """The prompt budget must hold every problem's largest turn prompt with each quote at its minimal allowance.
 
@@ -222,14 +211,14 @@ def build_trainer(config: DictConfig):
     train_frame, val_frame = _read_frame(config.data.train_files), _read_frame(config.data.val_files)
     set_schedule_horizon(config, len(train_frame))
     check_stages_reached(config, len(train_frame))
-    if config.mlmt.reward.confidence_lambda > 0:
-        check_reference_solutions(train_frame, config.data.train_files)
+    extensions = methods.load(config)  # the methods the config selects (agent_system/methods)
+    for extension in extensions:
+        extension.check_data(train_frame, config.data.train_files)
     tokenizers = {"ll": AutoTokenizer.from_pretrained(config.actor_rollout_ref.model.path)}
     if has_hl(config):  # mlmt.feedback=self|none: the solver alone
         tokenizers["hl"] = AutoTokenizer.from_pretrained(config.hl.model.path)
     prompts = PromptBuilder.from_config(config)
     check_prompt_budget(config, prompts, tokenizers, {"data.train_files": train_frame, "data.val_files": val_frame})
-    extensions = methods.load(config)  # the methods the config selects (agent_system/methods)
     actor_classes = {}
     for level in tokenizers:
         actor_classes[level] = ActorWorker

@@ -2,8 +2,8 @@
 solution likelier under the solver earns λ·clip(mean log p_LL(y*|x,z,g) − mean log p_LL(y*|x,z)), added to S2.
 
 Selected by ``mlmt.reward.confidence_lambda > 0`` (clip: ``mlmt.reward.confidence_clip``); every training row needs
-a non-empty ``extra_info.reference_solution`` (checked at start-up). The bonus itself:
-``advantages.confidence_bonus``.
+a non-empty ``extra_info.reference_solution`` (checked at start-up: :func:`check_reference_solutions`). The bonus
+itself: :func:`confidence_bonus`.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from typing import Any
 
 import numpy as np
 
-from agent_system.trainer.advantages import confidence_bonus
 from agent_system.trainer.hooks import Extension
 
 
@@ -22,10 +21,31 @@ class ConfidenceTerm(Extension):
     name = "confidence"
     builds_first = True  # the HL's rows are scored by the LL's workers, before the LL updates
 
+    def check_data(self, frame, path) -> None:
+        check_reference_solutions(frame, path)
+
     def level_inputs(self, trainer, level, step, rows, batch, inputs) -> dict[str, float]:
         if level == "hl":
             inputs.extra_reward = confidence_terms(trainer, step.problems, step.episodes, rows)
         return {}
+
+
+def check_reference_solutions(frame, path) -> None:
+    """The confidence term scores ``extra_info.reference_solution``: every training row must have a non-empty one."""
+    for position, extra in enumerate(frame["extra_info"] if "extra_info" in frame else [None] * len(frame)):
+        reference = (extra or {}).get("reference_solution") if isinstance(extra, dict) else None
+        if not isinstance(reference, str) or not reference.strip():
+            raise ValueError(
+                f"{path}: row {position} has no extra_info.reference_solution, which mlmt.reward.confidence_lambda > 0 "
+                "scores; add one to every row or set mlmt.reward.confidence_lambda=0"
+            )
+
+
+def confidence_bonus(
+    logp_with_feedback: np.ndarray, logp_without_feedback: np.ndarray, weight: float, clip: float
+) -> np.ndarray:
+    """λ·clip(mean-token log p(y*|x,z,g) − mean-token log p(y*|x,z)): feedback that makes the reference likelier."""
+    return weight * np.clip(logp_with_feedback - logp_without_feedback, -clip, clip)
 
 
 def confidence_terms(trainer: Any, problems: list[dict], episodes: list, rows) -> np.ndarray:

@@ -7,10 +7,10 @@ builds around them, with real tokenizers and the real code sandbox.
 
 import asyncio
 import json
-from dataclasses import dataclass
 
 import numpy as np
 import pytest
+from scripted_policy import ScriptedPolicy
 
 from agent_system.multi_turn_rollout.episode import EpisodeRunner, EpisodeSettings
 from agent_system.prompts.templates import PromptBuilder, Task, chat_ids
@@ -39,24 +39,6 @@ MATH_ROW = {
     "extra_info": {"index": 1},
 }
 WRONG_CODE = "```python\ndef add(a, b):\n    return a * b\n```"  # passes add(2, 2) only
-
-
-@dataclass
-class Output:
-    token_ids: list[int]
-    log_probs: list[float]
-
-
-class ScriptedPolicy:
-    """Replies to turn ``tN`` (the end of the request id) with ``replies[N]``; records every prompt it was sent."""
-
-    def __init__(self, tokenizer, replies: dict[str, str]) -> None:
-        self.tokenizer, self.replies, self.prompts = tokenizer, replies, []
-
-    async def generate(self, prompt_ids, max_tokens, temperature, request_id):
-        self.prompts.append(prompt_ids)
-        ids = self.tokenizer.encode(self.replies[request_id.rsplit("/", 1)[-1]], add_special_tokens=False)
-        return Output(ids[:max_tokens], [-0.5] * min(len(ids), max_tokens))
 
 
 @pytest.fixture(scope="module")

@@ -8,9 +8,9 @@ real tokenizers and the real sandbox; what is checked is every prompt the HL was
 
 import asyncio
 import json
-from dataclasses import dataclass
 
 import pytest
+from scripted_policy import ScriptedPolicy
 
 from agent_system.multi_turn_rollout.episode import EpisodeRunner, EpisodeSettings
 from agent_system.prompts.templates import PromptBuilder, Task
@@ -31,24 +31,6 @@ ROW = {
 }
 FAILS_HIDDEN = "```python\ndef add(a, b):\n    return a + b if a < 100 else 0\n```"  # passes the shown test only
 FAILS_SHOWN = "```python\ndef add(a, b):\n    return a - b\n```"
-
-
-@dataclass
-class Output:
-    token_ids: list[int]
-    log_probs: list[float]
-
-
-class ScriptedPolicy:
-    """Replies to turn ``tN`` with ``replies[N]``; records the text of every prompt it was sent."""
-
-    def __init__(self, tokenizer, replies: dict[str, str]) -> None:
-        self.tokenizer, self.replies, self.texts = tokenizer, replies, []
-
-    async def generate(self, prompt_ids, max_tokens, temperature, request_id):
-        self.texts.append(self.tokenizer.decode(prompt_ids))
-        ids = self.tokenizer.encode(self.replies[request_id.rsplit("/", 1)[-1]], add_special_tokens=False)
-        return Output(ids[:max_tokens], [-0.5] * min(len(ids), max_tokens))
 
 
 @pytest.fixture(scope="module")

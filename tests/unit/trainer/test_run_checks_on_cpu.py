@@ -7,8 +7,8 @@ import pandas as pd
 import pytest
 from omegaconf import OmegaConf
 
+from agent_system.methods.confidence import check_reference_solutions
 from agent_system.trainer.config import compose_config, reference_needed
-from agent_system.trainer.main import check_reference_solutions
 
 
 def test_use_kl_loss_asks_for_a_reference_model():
@@ -22,9 +22,9 @@ def test_use_kl_loss_asks_for_a_reference_model():
 
 
 def test_a_beta_asks_for_that_levels_reference_model():
-    config = compose_config(["mlmt.stages.beta_h=[0.01]"])
+    config = compose_config(["mlmt.stages.beta_turn2=[0.01]"])
     assert reference_needed(config) == {"ll": False, "hl": True}
-    config = compose_config(["mlmt.stages.beta2=[0.1]", "mlmt.stages.stage_ids=[1]"])
+    config = compose_config(["mlmt.stages.beta_turn1=[0.1]", "mlmt.stages.stage_ids=[1]"])
     assert reference_needed(config) == {"ll": True, "hl": False}
 
 
