@@ -69,23 +69,23 @@ MATH=(
   trainer.project_name=mlmt_math
 )
 
-# SCoRe-style stages of the math scripts (docs/METHOD.md, "Stages and schedules"): stage I (turn-1 reward = −β2·KL only)
-# with β2 0.1 and β_L 0.01, switching at step 200 to stage II with β1 0.01, β_L 0.01 and the progress bonus α = 10 on
-# turn 3 (α has no effect in stage I, where the original also set it). The original never created a reference model, so
-# its β terms were inert (docs/METHOD.md, "Where this differs from the original"); here β > 0 creates the LL's reference
-# model and the KL terms act.
+# SCoRe-style stages of the math scripts (docs/METHOD.md, "Stages and schedules"): stage I (turn-1 reward = −β·KL only)
+# with β 0.1 on turn 1 and 0.01 on turn 3, switching at step 200 to stage II with β 0.01 on turns 1 and 3 and the
+# progress bonus α = 10 on turn 3 (α has no effect in stage I, where the original also set it). The original's β2 0.1
+# (stage I) and β1 0.01 (stage II) are beta_turn1's two values, its β_L beta_turn3 and β_H beta_turn2 (docs/CONFIG.md).
+# The original never created a reference model, so its β terms were inert (docs/METHOD.md, "Where this differs from the
+# original"); here β > 0 creates the LL's reference model and the KL terms act.
 MATH_STAGES=(
   mlmt.stages.schedule=[0,200]
   mlmt.stages.stage_ids=[1,2]
-  mlmt.stages.beta1=[0.0,0.01]
-  mlmt.stages.beta2=[0.1,0.0]
-  mlmt.stages.beta_l=[0.01,0.01]
-  mlmt.stages.beta_h=[0.0,0.0]
+  mlmt.stages.beta_turn1=[0.1,0.01]
+  mlmt.stages.beta_turn2=[0.0,0.0]
+  mlmt.stages.beta_turn3=[0.01,0.01]
   mlmt.stages.alpha=[0.0,10.0]
 )
 
-# SCoRe's stages (the seed's ScoRe.sh; docs/METHOD.md, "SCoRe"): stage I for 250 steps (β2 = 0.1, β_L = 0.01), then
-# stage II (β1 = 0.01, β_L = 0.01, α = 10). Used by recipes/score and recipes/rl_guided_score.
+# SCoRe's stages (the seed's ScoRe.sh; docs/METHOD.md, "SCoRe"): stage I for 250 steps (β 0.1 on turn 1, 0.01 on
+# turn 3), then stage II (β 0.01 on turns 1 and 3, α = 10). Used by recipes/score and recipes/rl_guided_score.
 SCORE_STAGES=("${MATH_STAGES[@]}" mlmt.stages.schedule=[0,250])  # the same stages, switching at 250
 
 # One model on all GPUS devices (the baselines without a feedback writer).

@@ -1,9 +1,10 @@
-"""Config of the MLMT trainer: composition, the CPU overlay, per-level views and start-up validation.
+"""Config of the MLMT trainer: composition, the CPU overlay, deprecated keys, per-level views and start-up validation.
 
-The YAML lives in ``mlmt-configs/`` (deltas over verl's ``ppo_trainer``). Two policy subtrees: ``actor_rollout_ref``
-is the solver (LL) and ``hl`` the feedback writer (HL); :func:`level_view` gives each level a config in which its
-subtree sits at ``actor_rollout_ref`` (and its critic at ``critic``), which is the shape verl's workers, rollout
-servers and clients read.
+The YAML lives in ``mlmt-configs/`` (deltas over verl's ``ppo_trainer``) and holds every key's default. Two policy
+subtrees: ``actor_rollout_ref`` is the solver (LL) and ``hl`` the feedback writer (HL); :func:`level_view` gives each
+level a config in which its subtree sits at ``actor_rollout_ref`` (and its critic at ``critic``), which is the shape
+verl's workers, rollout servers and clients read. The allowed values of the keys that take one of a few are in
+:data:`CHOICES`; renamed keys in :data:`RENAMED_STAGE_KEYS` (docs/CONFIG.md).
 """
 
 from __future__ import annotations
@@ -25,6 +26,27 @@ FEEDBACK_SOURCES = ("model", "self", "none")  # mlmt.feedback: the HL, self-corr
 CONTRASTIVE_REFERENCES = ("lagged_snapshot", "no_feedback")
 KL_IN = ("loss", "advantage")  # mlmt.stages.kl_in: where β·KL acts (advantages.py, turn_kl.py)
 GROUP_ESTIMATORS = ("grpo", "rloo")  # baselines from the row's own group: a term constant in the group cancels
+# key -> its allowed values, checked first by validate_config (the YAML's comments say what each value does)
+CHOICES = {
+    "mlmt.feedback": FEEDBACK_SOURCES,
+    "mlmt.code_feedback_tests": ("shown", "all"),
+    "mlmt.placement": ("split", "colocated"),
+    "mlmt.ll.adv_estimator": ESTIMATORS,
+    "mlmt.hl.adv_estimator": ESTIMATORS,
+    "mlmt.ll.turn3_group_by": ("problem", "attempt"),
+    "mlmt.reward.hl_reward": HL_REWARDS,
+    "mlmt.reward.contrastive_reference": CONTRASTIVE_REFERENCES,
+    "mlmt.stages.kl_in": KL_IN,
+    "mlmt.archer.actor_signal": ("advantage", "q"),
+    "mlmt.archer.v_target_action": ("policy", "buffer"),
+    "mlmt.dataset.max_difficulty": (1, 2, 3),
+    "trainer.resume_mode": ("auto", "disable", "resume_path"),
+}
+# mlmt.stages keys with one value per stage (validate_config checks each has one per mlmt.stages.schedule entry)
+STAGE_LISTS = ("beta_turn1", "beta_turn2", "beta_turn3", "alpha", "stage_ids")
+# Deprecated mlmt.stages keys -> the key that replaced them (docs/CONFIG.md). beta1 (SCoRe's stage-II turn-1 β) and
+# beta2 (its stage-I turn-1 β) both become beta_turn1, the β of turn 1 in each stage whatever the stage.
+RENAMED_STAGE_KEYS = {"beta1": "beta_turn1", "beta2": "beta_turn1", "beta_l": "beta_turn3", "beta_h": "beta_turn2"}
 
 
 class ConfigError(ValueError):
@@ -38,7 +60,59 @@ def compose_config(overrides: list[str] | None = None, config_name: str = "mlmt_
     overrides = list(overrides or [])
     with initialize_config_dir(str(CONFIG_DIR), version_base=None):
         config = compose(config_name, overrides=overrides)
-    return apply_hardware_overlay(config, overrides)
+    config = apply_hardware_overlay(config, overrides)
+    upgrade_deprecated_keys(config)
+    return config
+
+
+def upgrade_deprecated_keys(config: DictConfig) -> None:
+    """Move the values of the deprecated ``mlmt.stages`` keys a config sets to the keys that replaced them, in place.
+
+    ``beta_l`` becomes ``beta_turn3`` and ``beta_h`` ``beta_turn2`` as they are; ``beta1`` and ``beta2`` fold into
+    ``beta_turn1``: ``beta2[i]`` where ``stage_ids[i]`` is 1 (stage I), ``beta1[i]`` where it is 2, an unset one
+    counting as 0.0 in every stage (its former default). One warning names the old keys, the new ones and the values
+    moved; the old keys are then null, so a second call does nothing. Runs before any check or reader of the β
+    (:func:`compose_config`, :func:`validate_config`), which read only the new keys.
+
+    Raises:
+        ConfigError: An old key has not one value per stage, or its new key is also set (to a β other than 0) with
+            other values; the message names both keys.
+    """
+    stages = config.mlmt.stages
+    old = {key: list(stages[key]) for key in RENAMED_STAGE_KEYS if stages.get(key) is not None}
+    if not old:
+        return
+    count = len(stages.schedule)
+    for key in [*old, "stage_ids"]:
+        if len(stages[key]) != count:
+            raise ConfigError(f"mlmt.stages.{key} has {len(stages[key])} values; mlmt.stages.schedule has {count}")
+    moved = {}
+    for new in dict.fromkeys(RENAMED_STAGE_KEYS[key] for key in old):
+        sources = [key for key in old if RENAMED_STAGE_KEYS[key] == new]
+        if new == "beta_turn1":
+            stage_i, stage_ii = old.get("beta2", [0.0] * count), old.get("beta1", [0.0] * count)
+            value = [float(stage_i[i] if stage_id == 1 else stage_ii[i]) for i, stage_id in enumerate(stages.stage_ids)]
+        else:
+            value = [float(b) for b in old[sources[0]]]
+        current = [float(b) for b in stages[new]]
+        if any(current) and current != value:
+            raise ConfigError(
+                f"{' and '.join(f'mlmt.stages.{key}={old[key]}' for key in sources)} (deprecated) give "
+                f"mlmt.stages.{new}={value}, but mlmt.stages.{new}={current} is also set: set only mlmt.stages.{new}"
+            )
+        moved[new] = (sources, value)
+    with open_dict(config):
+        for new, (sources, value) in moved.items():
+            stages[new] = value
+            for key in sources:
+                stages[key] = None
+    logger.warning(
+        "deprecated config keys (docs/CONFIG.md): %s; set the new keys instead",
+        "; ".join(
+            f"{', '.join(f'mlmt.stages.{key}={old[key]}' for key in sources)} -> mlmt.stages.{new}={value}"
+            for new, (sources, value) in moved.items()
+        ),
+    )
 
 
 def apply_hardware_overlay(config: DictConfig, user_overrides: list[str]) -> DictConfig:
@@ -98,22 +172,23 @@ def level_view(config: DictConfig, level: str) -> DictConfig:
 
 
 def validate_config(config: DictConfig) -> None:
-    """Reject invalid combinations at start-up with a message that names the key."""
+    """Reject invalid combinations at start-up with a message that names the key.
+
+    Deprecated keys are moved to their new names first (:func:`upgrade_deprecated_keys`), then each key of
+    :data:`CHOICES` is checked against its allowed values, then the constraints between keys.
+    """
+    upgrade_deprecated_keys(config)
+    for key, allowed in CHOICES.items():
+        value = OmegaConf.select(config, key)
+        if value not in allowed:
+            raise ConfigError(f"{key}={value!r}: choose one of {allowed}")
     mlmt = config.mlmt
-    if mlmt.feedback not in FEEDBACK_SOURCES:
-        raise ConfigError(f"mlmt.feedback={mlmt.feedback!r}: choose one of {FEEDBACK_SOURCES}")
-    if mlmt.get("code_feedback_tests", "shown") not in ("shown", "all"):
-        raise ConfigError(f"mlmt.code_feedback_tests={mlmt.code_feedback_tests!r}: choose one of ('shown', 'all')")
-    if mlmt.get("code_feedback_tests", "shown") == "all" and mlmt.feedback != "model":
+    if mlmt.code_feedback_tests == "all" and mlmt.feedback != "model":
         raise ConfigError(
             f"mlmt.code_feedback_tests=all cannot act with mlmt.feedback={mlmt.feedback} (no HL reads it)"
         )
     if mlmt.n < 1 or mlmt.m < 1:
         raise ConfigError(f"mlmt.n and mlmt.m must be >= 1 (got n={mlmt.n}, m={mlmt.m})")
-    for level in LEVELS:
-        estimator = mlmt[level].adv_estimator
-        if estimator not in ESTIMATORS:
-            raise ConfigError(f"mlmt.{level}.adv_estimator={estimator!r}: choose one of {ESTIMATORS}")
     _check_archer(config)
     if mlmt.ll.adv_estimator in ("grpo", "rloo") and mlmt.n < 2:
         raise ConfigError(
@@ -125,12 +200,8 @@ def validate_config(config: DictConfig) -> None:
             f"mlmt.hl.adv_estimator={mlmt.hl.adv_estimator} groups the m feedbacks on one attempt: set mlmt.m >= 2 "
             "or use reinforce / reinforce_plus_plus / gae for the HL"
         )
-    if mlmt.ll.turn3_group_by not in ("problem", "attempt"):
-        raise ConfigError(f"mlmt.ll.turn3_group_by={mlmt.ll.turn3_group_by!r}: choose problem or attempt")
     if mlmt.ll.turn3_group_by == "attempt" and mlmt.ll.adv_estimator in ("grpo", "rloo") and mlmt.m < 2:
         raise ConfigError("mlmt.ll.turn3_group_by=attempt groups the m refinements of one attempt: set mlmt.m >= 2")
-    if mlmt.reward.hl_reward not in HL_REWARDS:
-        raise ConfigError(f"mlmt.reward.hl_reward={mlmt.reward.hl_reward!r}: choose one of {HL_REWARDS}")
     from agent_system.prompts.templates import override_errors
 
     errors = override_errors(dict(mlmt.prompts.overrides))
@@ -138,11 +209,6 @@ def validate_config(config: DictConfig) -> None:
         raise ConfigError("; ".join(errors))
     if mlmt.prompts.min_quote_tokens < 1:
         raise ConfigError(f"mlmt.prompts.min_quote_tokens={mlmt.prompts.min_quote_tokens}: use at least 1")
-    if mlmt.reward.contrastive_reference not in CONTRASTIVE_REFERENCES:
-        raise ConfigError(
-            f"mlmt.reward.contrastive_reference={mlmt.reward.contrastive_reference!r}: choose one of "
-            f"{CONTRASTIVE_REFERENCES}"
-        )
     if mlmt.reward.reg_gap < 1:
         raise ConfigError(f"mlmt.reward.reg_gap={mlmt.reward.reg_gap}: the snapshot refresh period must be >= 1")
     if mlmt.reward.confidence_lambda < 0 or mlmt.reward.confidence_clip <= 0:
@@ -156,8 +222,6 @@ def validate_config(config: DictConfig) -> None:
             f"{mlmt.hl.freeze}, mlmt.reward.hl_reward={mlmt.reward.hl_reward}: the penalty is part of a trained HL's "
             "reward (not of value_shaped's), so it cannot act; set leak_penalty=0"
         )
-    if mlmt.placement not in ("split", "colocated"):
-        raise ConfigError(f"mlmt.placement={mlmt.placement!r}: choose split or colocated")
     if mlmt.ll.freeze and mlmt.hl.freeze:
         raise ConfigError("mlmt.ll.freeze and mlmt.hl.freeze are both true: nothing would be trained")
     if mlmt.schedule.tH < 0 or mlmt.schedule.tL < 0 or mlmt.schedule.tH + mlmt.schedule.tL == 0:
@@ -166,15 +230,13 @@ def validate_config(config: DictConfig) -> None:
         )
     stages = mlmt.stages
     count = len(stages.schedule)
-    for key in ("beta1", "beta2", "beta_l", "beta_h", "alpha", "stage_ids"):
+    for key in STAGE_LISTS:
         if len(stages[key]) != count:
             raise ConfigError(f"mlmt.stages.{key} has {len(stages[key])} values; mlmt.stages.schedule has {count}")
     if list(stages.schedule) != sorted(stages.schedule) or stages.schedule[0] != 0:
         raise ConfigError(f"mlmt.stages.schedule must start at 0 and increase (got {list(stages.schedule)})")
     if any(s not in (1, 2) for s in stages.stage_ids):
         raise ConfigError(f"mlmt.stages.stage_ids must contain 1 or 2 (got {list(stages.stage_ids)})")
-    if stages.kl_in not in KL_IN:
-        raise ConfigError(f"mlmt.stages.kl_in={stages.kl_in!r}: choose one of {KL_IN}")
     _check_ref_refresh(config)
     _reject_inert(config)
     _reject_inert_torch_compile(config)
@@ -201,12 +263,8 @@ def validate_config(config: DictConfig) -> None:
         raise ConfigError("trainer.total_training_steps=null runs trainer.total_epochs, which must then be >= 1")
     if total is not None and total < 1:
         raise ConfigError(f"trainer.total_training_steps={total}: use >= 1, or null to run trainer.total_epochs")
-    if config.trainer.resume_mode not in ("auto", "disable", "resume_path"):
-        raise ConfigError(f"trainer.resume_mode={config.trainer.resume_mode!r}: choose auto, disable or resume_path")
     if config.trainer.resume_mode == "resume_path" and not config.trainer.resume_from_path:
         raise ConfigError("trainer.resume_mode=resume_path needs trainer.resume_from_path (a global_step_N folder)")
-    if config.mlmt.dataset.max_difficulty not in (1, 2, 3):
-        raise ConfigError(f"mlmt.dataset.max_difficulty={config.mlmt.dataset.max_difficulty}: choose 1, 2 or 3")
     if config.data.train_batch_size < 1:
         raise ConfigError("data.train_batch_size must be >= 1")
     if os.environ.get("VERL_PLATFORM", "") == "cpu" and config.trainer.device != "cpu":
@@ -230,14 +288,12 @@ def _check_archer(config: DictConfig) -> None:
         "max_grad_norm": archer.max_grad_norm > 0,
         "target_refresh_every": archer.target_refresh_every >= 1,
         "num_gpus": archer.num_gpus >= 0,
-        "actor_signal": archer.actor_signal in ("advantage", "q"),
-        "v_target_action": archer.v_target_action in ("policy", "buffer"),
     }
     bad = [f"mlmt.archer.{key}={archer[key]!r}" for key, ok in checks.items() if not ok]
     if bad:
         raise ConfigError(
             f"invalid {bad}: gamma in [0, 1]; batch_size, buffer_size, micro_batch_size, updates_per_step, "
-            "target_refresh_every >= 1; lr, max_grad_norm > 0; num_gpus >= 0; actor_signal advantage or q"
+            "target_refresh_every >= 1; lr, max_grad_norm > 0; num_gpus >= 0"
         )
     if mlmt.ll.adv_estimator == "archer":
         stages = mlmt.stages
@@ -257,9 +313,9 @@ def reference_needed(config: DictConfig) -> dict[str, bool]:
     """Per level: whether its workers need a reference model (a β > 0 in any stage, or the actor's own KL loss)."""
     stages = config.mlmt.stages
     return {
-        "ll": any(b > 0 for b in [*stages.beta1, *stages.beta2, *stages.beta_l])
+        "ll": any(b > 0 for b in [*stages.beta_turn1, *stages.beta_turn3])
         or bool(config.actor_rollout_ref.actor.use_kl_loss),
-        "hl": has_hl(config) and (any(b > 0 for b in stages.beta_h) or bool(config.hl.actor.use_kl_loss)),
+        "hl": has_hl(config) and (any(b > 0 for b in stages.beta_turn2) or bool(config.hl.actor.use_kl_loss)),
     }
 
 
@@ -313,7 +369,7 @@ def _check_without_hl(config: DictConfig) -> None:
     hl_knobs = {
         "mlmt.reward.hl_reward": mlmt.reward.hl_reward != "r3",
         "mlmt.reward.confidence_lambda": mlmt.reward.confidence_lambda > 0,
-        "mlmt.stages.beta_h": any(b > 0 for b in stages.beta_h),
+        "mlmt.stages.beta_turn2": any(b > 0 for b in stages.beta_turn2),
         "mlmt.hl.freeze": bool(mlmt.hl.freeze),
         "mlmt.hl.adv_estimator=gae": mlmt.hl.adv_estimator == "gae",
     }
@@ -324,9 +380,9 @@ def _check_without_hl(config: DictConfig) -> None:
         raise ConfigError(f"mlmt.ll.freeze=true with mlmt.feedback={feedback}: the solver is the only model")
     if feedback == "none":
         turn3_knobs = {
-            "mlmt.stages.stage_ids=1": 1 in stages.stage_ids,  # stage I rewards turn 1 with −β2·KL only
+            "mlmt.stages.stage_ids=1": 1 in stages.stage_ids,  # stage I rewards turn 1 with its −β·KL only
             "mlmt.stages.alpha": any(a > 0 for a in stages.alpha),
-            "mlmt.stages.beta_l": any(b > 0 for b in stages.beta_l),
+            "mlmt.stages.beta_turn3": any(b > 0 for b in stages.beta_turn3),
         }
         set_keys = [key for key, is_set in turn3_knobs.items() if is_set]
         if set_keys:
@@ -338,17 +394,15 @@ def _check_without_hl(config: DictConfig) -> None:
 
 def _check_ref_refresh(config: DictConfig) -> None:
     """``mlmt.ll.ref_refresh_freq`` needs an LL reference model to refresh and an LL that trains."""
-    freq, stages = config.mlmt.ll.ref_refresh_freq, config.mlmt.stages
+    freq = config.mlmt.ll.ref_refresh_freq
     if freq < 0:
         raise ConfigError(f"mlmt.ll.ref_refresh_freq={freq}: use 0 (never) or a period >= 1")
     if freq == 0:
         return
-    if not (
-        any(b > 0 for b in [*stages.beta1, *stages.beta2, *stages.beta_l]) or config.actor_rollout_ref.actor.use_kl_loss
-    ):
+    if not reference_needed(config)["ll"]:
         raise ConfigError(
             f"mlmt.ll.ref_refresh_freq={freq} refreshes the LL's reference model, but there is none: set "
-            "mlmt.stages.beta1 / beta2 / beta_l > 0 or actor_rollout_ref.actor.use_kl_loss=true"
+            "mlmt.stages.beta_turn1 / beta_turn3 > 0 or actor_rollout_ref.actor.use_kl_loss=true"
         )
     if config.mlmt.ll.freeze:
         raise ConfigError(f"mlmt.ll.ref_refresh_freq={freq} with mlmt.ll.freeze=true: the actor never changes")
@@ -360,8 +414,8 @@ def _reject_cannot_act(config: DictConfig) -> None:
     if config.algorithm.get("use_kl_in_reward", False):
         raise ConfigError(
             "algorithm.use_kl_in_reward=true: this trainer never applies verl's in-reward KL penalty; put β·KL on "
-            "each turn with mlmt.stages.beta1 / beta2 / beta_l / beta_h (mlmt.stages.kl_in=advantage puts it in the "
-            "advantages, as a reward penalty would) and set algorithm.use_kl_in_reward=false"
+            "each turn with mlmt.stages.beta_turn1 / beta_turn2 / beta_turn3 (mlmt.stages.kl_in=advantage puts it in "
+            "the advantages, as a reward penalty would) and set algorithm.use_kl_in_reward=false"
         )
     if has_hl(config) and mlmt.hl.freeze:
         if reward.hl_reward == "contrastive":
@@ -458,7 +512,7 @@ def _reject_inert(config: DictConfig) -> None:
             f"attempt (mlmt.ll.turn3_group_by={mlmt.ll.turn3_group_by}): R1 is constant in the group, so α(R3 − R1) "
             "cancels; use turn3_group_by=problem"
         )
-    level_betas = {"ll": ("beta1", "beta2", "beta_l"), "hl": ("beta_h",)}
+    level_betas = {"ll": ("beta_turn1", "beta_turn3"), "hl": ("beta_turn2",)}
     for level, keys in level_betas.items():
         if not mlmt[level].freeze:
             continue

@@ -94,9 +94,9 @@ class StagePlan:
     first_step: int
     last_step: int  # < first_step: never reached
     reached: bool
-    beta_turn1: float  # β2 in stage I, β1 in stage II
-    beta_turn2: float  # β_H
-    beta_turn3: float  # β_L
+    beta_turn1: float  # mlmt.stages.beta_turn1 of the stage (the solver's attempt)
+    beta_turn2: float  # beta_turn2 (the HL's feedback)
+    beta_turn3: float  # beta_turn3 (the solver's refinement)
     alpha: float  # progress bonus α(R3 − R1) on turn 3 (stage II)
     turn1_task_reward: bool  # stage I: turn 1 gets only its KL term
 
@@ -366,9 +366,9 @@ def build_plan(config: DictConfig, train_rows: int, val_rows: int | None) -> Run
                 first_step=first,
                 last_step=last,
                 reached=first <= last,
-                beta_turn1=float(mlmt.stages.beta2[i] if stage_id == 1 else mlmt.stages.beta1[i]),
-                beta_turn2=float(mlmt.stages.beta_h[i]),
-                beta_turn3=float(mlmt.stages.beta_l[i]),
+                beta_turn1=float(mlmt.stages.beta_turn1[i]),
+                beta_turn2=float(mlmt.stages.beta_turn2[i]),
+                beta_turn3=float(mlmt.stages.beta_turn3[i]),
                 alpha=float(mlmt.stages.alpha[i]) if stage_id == 2 else 0.0,
                 turn1_task_reward=stage_id == 2,
             )

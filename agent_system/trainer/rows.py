@@ -115,7 +115,7 @@ class LevelRows:
         """Flatten the step's episodes into ``level``'s rows.
 
         Turn numbers are the MLMT ones whatever ``mlmt.feedback``: a self-correction (SCoRe's second attempt) is a
-        turn-3 row, so it gets turn-3 rewards, groups and β_L."""
+        turn-3 row, so it gets turn-3 rewards, groups and β (``mlmt.stages.beta_turn3``)."""
         turns, keys = [], []
         for episode in episodes:
             i = episode.problem_index

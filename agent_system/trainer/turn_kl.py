@@ -1,8 +1,8 @@
 """Per-turn KL loss: each row's β times verl's per-token KL estimator, added to the actor's PPO loss.
 
-``mlmt.stages.kl_in=loss`` (the default). A row's coefficient is its turn's β of the active stage (turn 1: β2 in
-stage I, β1 in stage II; turn 3: β_L; turn 2: β_H, ``advantages.kl_coefficients``); the driver sends it with the
-row as ``TURN_KL_COEF`` and the actor's loss becomes
+``mlmt.stages.kl_in=loss`` (the default). A row's coefficient is its turn's β of the active stage
+(``mlmt.stages.beta_turn1`` / ``beta_turn2`` / ``beta_turn3``, ``advantages.kl_coefficients``); the driver sends it with
+the row as ``TURN_KL_COEF`` and the actor's loss becomes
 
     PPO loss  +  agg_t( β_row · kl(log π_t, log π_ref,t) )
 

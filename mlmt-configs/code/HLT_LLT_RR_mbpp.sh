@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # HLT_LLT_RR_mbpp: the original's code run (docs/METHOD.md, "The original's runs"): MBPP, both levels trainable,
 # REINFORCE at both, cycles of 5 LL steps then 1 HL step, prompt 2048 / response 512 tokens (HL too), lr 2e-6,
-# temperature 0.7, 500 steps, 128 problems per step, and its SCoRe stages (stage I for 250 steps with β2 0.1, then stage
-# II with β1 0.01, β_L 0.01, α 10). Differences, stated: the original also set score_mode.enable=true, which replaced
-# the three-turn loop by SCoRe's two-turn self-correction and crashed on the code feedback prompt (docs/METHOD.md,
-# "Where this differs from the original"); this runs the MLMT loop. Tests run in the project's sandbox (pass/fail
+# temperature 0.7, 500 steps, 128 problems per step, and its SCoRe stages (stage I for 250 steps with β 0.1 on turn 1
+# and 0.01 on turn 3, then stage II with β 0.01 on turns 1 and 3, α 10). Differences, stated: the original also set
+# score_mode.enable=true, which replaced the three-turn loop by SCoRe's two-turn self-correction and crashed on the
+# code feedback prompt (docs/METHOD.md, "Where this differs from the original"); this runs the MLMT loop. Tests run in the project's sandbox (pass/fail
 # reward). MBPP rows get the code prompts: the solver writes a function in a ```python block, the feedback writer (a
 # programming mentor, no code) reads the attempt's execution result (docs/METHOD.md, "Turns and rewards").
 #
@@ -31,8 +31,8 @@ mlmt_run "${COMMON[@]}" "${RR[@]}" \
   actor_rollout_ref.actor.ppo_mini_batch_size=128 hl.actor.ppo_mini_batch_size=128 \
   actor_rollout_ref.rollout.temperature=0.7 hl.rollout.temperature=0.7 \
   mlmt.stages.schedule=[0,250] mlmt.stages.stage_ids=[1,2] \
-  mlmt.stages.beta1=[0.0,0.01] mlmt.stages.beta2=[0.1,0.0] mlmt.stages.beta_l=[0.01,0.01] \
-  mlmt.stages.beta_h=[0.0,0.0] mlmt.stages.alpha=[0.0,10.0] \
+  mlmt.stages.beta_turn1=[0.1,0.01] mlmt.stages.beta_turn2=[0.0,0.0] mlmt.stages.beta_turn3=[0.01,0.01] \
+  mlmt.stages.alpha=[0.0,10.0] \
   mlmt.schedule.tH=1 mlmt.schedule.tL=5 \
   trainer.total_training_steps=500 trainer.total_epochs=999 trainer.save_freq=50 \
   trainer.project_name=mlmt_code \

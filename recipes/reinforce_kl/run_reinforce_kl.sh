@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # REINFORCE with a refreshed reference KL on GSM8K: LLM_RL's "stable REINFORCE" (seed 004, its
 # examples/reinforce_stable_on_gsm8k_training.py). One model, one turn (mlmt.feedback=none), REINFORCE without a
-# baseline on the math-verify reward, minus β·KL to a reference model (mlmt.stages.beta1 = the seed's kl_coeff 0.25)
-# that is replaced by the current policy after every 2nd step (mlmt.ll.ref_refresh_freq = update_ref_iterations 2),
-# on 5-shot GSM8K prompts (baked into the parquet rows by the preprocess command below). Llama-3.2-1B-Instruct; the
+# baseline on the math-verify reward, minus β·KL to a reference model (mlmt.stages.beta_turn1 = the seed's kl_coeff
+# 0.25) that is replaced by the current policy after every 2nd step (mlmt.ll.ref_refresh_freq = update_ref_iterations
+# 2), on 5-shot GSM8K prompts (baked into the parquet rows by the preprocess command below). Llama-3.2-1B-Instruct; the
 # seed reports 22% -> 38% GSM8K accuracy.
 #
 #   # once: 5-shot GSM8K train / val / test (examples from the train split less the validation slice, seeded per
@@ -27,7 +27,7 @@ mlmt_run "${SOLVER_ONLY[@]}" "${MATH[@]}" "${LATER[@]}" \
   data.val_files="${VAL_FILES:-$DATA_DIR/gsm8k_5shot/val.parquet}" \
   mlmt.feedback=none \
   mlmt.ll.adv_estimator=reinforce mlmt.n=1 \
-  mlmt.stages.beta1=[0.25] mlmt.stages.kl_in=advantage \
+  mlmt.stages.beta_turn1=[0.25] mlmt.stages.kl_in=advantage \
   mlmt.ll.ref_refresh_freq=2 \
   data.train_batch_size=100 \
   actor_rollout_ref.actor.ppo_mini_batch_size=32 \

@@ -2,8 +2,8 @@
 # SCoRe (Kumar et al., 2024), the seed's ScoRe.sh: one model, two turns — an attempt, then the fixed self-correction
 # instruction ("Check your attempt and write a corrected solution", the refine_no_feedback template) and a second
 # attempt (mlmt.feedback=self: no feedback writer). Stage I (steps 1-249): the second attempt is rewarded and the
-# first is held to the reference (β2 = 0.1, β_L = 0.01); stage II (from step 250): both turns rewarded plus the
-# progress bonus α(R2 − R1), α = 10, β1 = 0.01, β_L = 0.01. REINFORCE, one attempt per problem, 500 steps.
+# first is held to the reference (KL β 0.1 on it, 0.01 on the second); stage II (from step 250): both turns rewarded
+# plus the progress bonus α(R2 − R1), α = 10, β 0.01 on both. REINFORCE, one attempt per problem, 500 steps.
 #
 #   bash recipes/score/run_score.sh [key=value ...]                        # a GPU node (GPUS=4 devices)
 #   sbatch mlmt-configs/math/submit_mlmt.sbatch recipes/score/run_score.sh   # on Slurm

@@ -84,7 +84,7 @@ def test_main_mlmt_trains_on_a_yaml_task_graded_by_its_score_fn(tiny_models, tmp
             "mlmt.stages.schedule=[0,3]",
             "mlmt.stages.stage_ids=[1,2]",
             "mlmt.stages.alpha=[0,1]",
-            *[f"mlmt.stages.{key}=[0,0]" for key in ("beta1", "beta2", "beta_l", "beta_h")],
+            *[f"mlmt.stages.{key}=[0,0]" for key in ("beta_turn1", "beta_turn2", "beta_turn3")],
             "actor_rollout_ref.actor.ppo_mini_batch_size=5",
             *[
                 f"{tree}.optim.{key}"

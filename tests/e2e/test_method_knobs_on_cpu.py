@@ -6,8 +6,8 @@
   at both levels (it crashed with KeyError ref_log_prob), ``trainer.total_training_steps=null`` (it crashed; now
   ``trainer.total_epochs`` epochs) and the default (1, 1) schedule (both levels every step, updated concurrently).
 * Stage I pulls turn 1 toward the reference (``mlmt.stages.kl_in=loss``, the default): a run that first drifts from
-  the reference (stage II, β = 0) and then switches to stage I with β2 = β_L = 4 ends stage I with the LL's KL to its
-  reference below where stage II left it. The deterministic proof on fixed rows is
+  the reference (stage II, β = 0) and then switches to stage I with β = 4 on turns 1 and 3 ends stage I with the LL's
+  KL to its reference below where stage II left it. The deterministic proof on fixed rows is
   tests/integration/test_turn_kl_workers_on_cpu.py; this is the same in a sampled run (see the test's comment).
 """
 
@@ -76,7 +76,8 @@ def test_contrastive_snapshot_kl_loss_and_epochs(cue_ll_unsure, cue_hl, cue_data
 
 
 def _stage_one_kl_curve(ll, hl, data, out, beta: float, drift: int, total: int) -> list[float]:
-    """The LL's KL to its reference per step: stage II (β = 0) for ``drift`` steps, then stage I with β2 = β_L = β."""
+    """The LL's KL to its reference per step: stage II (β = 0) for ``drift`` steps, then stage I with β on turns 1
+    and 3."""
     metrics = run_main(
         out,
         [
@@ -91,10 +92,9 @@ def _stage_one_kl_curve(ll, hl, data, out, beta: float, drift: int, total: int) 
             "mlmt.hl.adv_estimator=reinforce",  # m = 1: no HL groups (the HL is frozen anyway)
             f"mlmt.stages.schedule=[0,{drift + 1}]",
             "mlmt.stages.stage_ids=[2,1]",
-            "mlmt.stages.beta1=[0.0,0.0]",
-            f"mlmt.stages.beta2=[0.0,{beta}]",
-            f"mlmt.stages.beta_l=[0.0,{beta}]",
-            "mlmt.stages.beta_h=[0.0,0.0]",
+            f"mlmt.stages.beta_turn1=[0.0,{beta}]",
+            "mlmt.stages.beta_turn2=[0.0,0.0]",
+            f"mlmt.stages.beta_turn3=[0.0,{beta}]",
             "mlmt.stages.alpha=[0.0,0.0]",
             # Adam moves every weight by ~lr per step: at 1e-3 the KL term's steps overshoot (measured: the KL rose
             # 2.1 → 7.3 in stage I with β = 4, k3; 2.7 → 11.4 with k2)

@@ -8,12 +8,12 @@
   it learned in one run and collapsed to 0 after step 2 in another). The test fails if the gradient sign, the
   GRPO grouping or the weight sync is wrong (no rise; a broken sync also shows as a rollout/actor log-prob gap).
   No HL workers exist: no ``hl/`` metric, trajectories without feedback.
-* **SCoRe** (recipes/score: ``mlmt.feedback=self``): stage I at step 1 (a reference model: turn 1 held by β2), stage
+* **SCoRe** (recipes/score: ``mlmt.feedback=self``): stage I at step 1 (a reference model: turn 1 held by its β), stage
   II at step 2; the second attempt reads the fixed self-correction instruction; no HL. Each stage puts its own β on
-  each turn (stage I: β2 on turn 1; stage II: β1); the solver moves away from its reference after step 1 (an
-  entropy bonus gives a gradient even when the toy task rewards nothing). The toy task's rewards are 0 at these
-  two steps; the stage rewards are checked end to end on the RL-guided SCoRe run below (same stages, rewards not all
-  0), and for every estimator in tests/unit/trainer/test_level_advantages_on_cpu.py.
+  each turn (``mlmt.stages.beta_turn1`` 0.1 in stage I, 0.01 in stage II); the solver moves away from its reference
+  after step 1 (an entropy bonus gives a gradient even when the toy task rewards nothing). The toy task's rewards are
+  0 at these two steps; the stage rewards are checked end to end on the RL-guided SCoRe run below (same stages,
+  rewards not all 0), and for every estimator in tests/unit/trainer/test_level_advantages_on_cpu.py.
 * **RL-guided SCoRe** (recipes/rl_guided_score): the guidance model (HL) trained by REINFORCE with verl's KL loss to
   its reference. Its KL to the reference is 0 at step 1 (same weights) and > 0 at step 2: the REINFORCE update
   reached the guidance model's weights (the original's bug detached that gradient). The solver is the cue task's
@@ -65,10 +65,9 @@ def toy_data(tmp_path):
 SCORE_STAGES = [
     "mlmt.stages.schedule=[0,2]",
     "mlmt.stages.stage_ids=[1,2]",
-    "mlmt.stages.beta1=[0.0,0.01]",
-    "mlmt.stages.beta2=[0.1,0.0]",
-    "mlmt.stages.beta_l=[0.01,0.01]",
-    "mlmt.stages.beta_h=[0.0,0.0]",
+    "mlmt.stages.beta_turn1=[0.1,0.01]",
+    "mlmt.stages.beta_turn2=[0.0,0.0]",
+    "mlmt.stages.beta_turn3=[0.01,0.01]",
     "mlmt.stages.alpha=[0.0,10.0]",
 ]
 QUIET = ["trainer.val_before_train=false", "trainer.test_freq=-1", "trainer.save_freq=-1", "mlmt.reward.num_workers=1"]

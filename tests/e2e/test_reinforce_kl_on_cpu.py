@@ -58,7 +58,7 @@ def test_reference_refresh_timing_and_resume(tiny_models, gsm8k_few_shot, tmp_pa
         "actor_rollout_ref.rollout.name=hf",
         "mlmt.feedback=none",
         "mlmt.ll.adv_estimator=reinforce",
-        "mlmt.stages.beta1=[0.25]",
+        "mlmt.stages.beta_turn1=[0.25]",
         "mlmt.ll.ref_refresh_freq=2",
         "mlmt.n=2",
         "data.train_batch_size=2",

@@ -127,10 +127,9 @@ def test_sbatch_two_nodes_time_limit_warning_checkpoints_requeues_and_resumes(sl
         "hl.rollout.name=hf",
         "mlmt.stages.schedule=[0]",  # no reference models (the script's stages have β > 0): faster start-up
         "mlmt.stages.stage_ids=[2]",
-        "mlmt.stages.beta1=[0.0]",
-        "mlmt.stages.beta2=[0.0]",
-        "mlmt.stages.beta_l=[0.0]",
-        "mlmt.stages.beta_h=[0.0]",
+        "mlmt.stages.beta_turn1=[0.0]",
+        "mlmt.stages.beta_turn2=[0.0]",
+        "mlmt.stages.beta_turn3=[0.0]",
         "mlmt.stages.alpha=[0.0]",
     ]
     env = {**slurm_cluster, "MLMT_PYTHON": sys.executable, "MLMT_RAY_OBJECT_STORE_BYTES": "500000000"}

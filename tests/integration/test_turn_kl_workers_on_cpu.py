@@ -51,7 +51,7 @@ def test_kl_loss_pulls_the_actor_back_to_its_reference(tiny_models, ray_per_test
             "actor_rollout_ref.rollout.name=hf",
             f"actor_rollout_ref.model.path={tiny_models['ll']}",
             "mlmt.feedback=none",
-            f"mlmt.stages.beta1=[{BETA}]",
+            f"mlmt.stages.beta_turn1=[{BETA}]",
             "actor_rollout_ref.actor.optim.lr=1e-3",
             "actor_rollout_ref.actor.ppo_mini_batch_size=8",
             "data.max_prompt_length=16",

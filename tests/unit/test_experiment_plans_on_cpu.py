@@ -67,3 +67,22 @@ def test_script_plan_reaches_every_stage_and_completes_each_lr_schedule(script, 
         assert level.lr.peak == pytest.approx(level.lr.setting), text
         assert level.optimizer_steps_per_update >= 1 and level.mini_batch <= level.mini_batch_setting, text
     assert plan.checkpoint_steps[-1] == plan.total_steps, text
+
+
+# (SCoRe stage id, β on turn 1, turn 2, turn 3) of each stage: the seed's β1 / β2 / β_L / β_H as the run plan put them
+# on each turn before the keys were renamed (docs/CONFIG.md)
+SCORE_BETAS = [(1, 0.1, 0.0, 0.01), (2, 0.01, 0.0, 0.01)]
+PLAN_BETAS = {script: SCORE_BETAS for script in SCRIPTS} | {"math/HLT_LLF_RR_1_1.sh": [(2, 0.0, 0.0, 0.0)]}
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_script_sets_the_per_turn_betas_it_always_had(script, tmp_path, caplog):
+    argv = _argv(script, tmp_path)
+    assert not [arg for arg in argv if arg.split("=")[0].split(".")[-1] in ("beta1", "beta2", "beta_l", "beta_h")]
+    with caplog.at_level("WARNING", logger="agent_system.trainer.config"):
+        config = compose_config(argv)
+        validate_config(config)
+    assert not [record for record in caplog.records if "deprecated" in record.getMessage()]
+    plan = build_plan(config, TRAIN_ROWS[script.split("/")[0]], 500)
+    betas = [(stage.stage_id, stage.beta_turn1, stage.beta_turn2, stage.beta_turn3) for stage in plan.stages]
+    assert betas == PLAN_BETAS[script]

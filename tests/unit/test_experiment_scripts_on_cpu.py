@@ -157,7 +157,7 @@ RECIPES = {
         "mlmt.feedback": "self",
         "mlmt.ll.adv_estimator": "reinforce",
         "mlmt.stages.schedule": [0, 250],
-        "mlmt.stages.beta2": [0.1, 0.0],
+        "mlmt.stages.beta_turn1": [0.1, 0.01],
         "mlmt.stages.alpha": [0.0, 10.0],
         "trainer.total_training_steps": 500,
     },
@@ -322,8 +322,8 @@ def test_custom_yaml_script_composes_its_run(task, batch, tmp_path):
 
 
 def test_reinforce_kl_script_composes_the_seed_settings(tmp_path):
-    """recipes/reinforce_kl: LLM_RL's settings (kl_coeff 0.25 as β1, reference refreshed every 2 steps, REINFORCE,
-    one turn) on the 5-shot GSM8K parquet files, a valid config with the LL's reference model."""
+    """recipes/reinforce_kl: LLM_RL's settings (kl_coeff 0.25 as the turn-1 β, reference refreshed every 2 steps,
+    REINFORCE, one turn) on the 5-shot GSM8K parquet files, a valid config with the LL's reference model."""
     from agent_system.trainer.config import reference_needed
 
     config = compose_config(_script_argv("../recipes/reinforce_kl/run_reinforce_kl.sh", tmp_path))
@@ -335,7 +335,7 @@ def test_reinforce_kl_script_composes_the_seed_settings(tmp_path):
         "mlmt.feedback": "none",
         "mlmt.ll.adv_estimator": "reinforce",
         "mlmt.n": 1,
-        "mlmt.stages.beta1": [0.25],
+        "mlmt.stages.beta_turn1": [0.25],
         "mlmt.stages.kl_in": "advantage",  # the seed's KL in the reward
         "mlmt.stages.stage_ids": [2],
         "mlmt.ll.ref_refresh_freq": 2,

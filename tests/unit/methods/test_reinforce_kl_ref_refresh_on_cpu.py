@@ -67,11 +67,11 @@ SINGLE_TURN = ["mlmt.feedback=none", "mlmt.ll.adv_estimator=reinforce", "mlmt.n=
 
 
 def test_config_needs_a_reference_model():
-    with pytest.raises(ConfigError, match="mlmt.ll.ref_refresh_freq=2 .*mlmt.stages.beta1.*use_kl_loss"):
+    with pytest.raises(ConfigError, match="mlmt.ll.ref_refresh_freq=2 .*mlmt.stages.beta_turn1.*use_kl_loss"):
         validate_config(compose_config([*SINGLE_TURN, "mlmt.ll.ref_refresh_freq=2"]))
     with pytest.raises(ConfigError, match="mlmt.ll.ref_refresh_freq=-1"):
-        validate_config(compose_config([*SINGLE_TURN, "mlmt.ll.ref_refresh_freq=-1", "mlmt.stages.beta1=[0.25]"]))
-    validate_config(compose_config([*SINGLE_TURN, "mlmt.ll.ref_refresh_freq=2", "mlmt.stages.beta1=[0.25]"]))
+        validate_config(compose_config([*SINGLE_TURN, "mlmt.ll.ref_refresh_freq=-1", "mlmt.stages.beta_turn1=[0.25]"]))
+    validate_config(compose_config([*SINGLE_TURN, "mlmt.ll.ref_refresh_freq=2", "mlmt.stages.beta_turn1=[0.25]"]))
     validate_config(
         compose_config([*SINGLE_TURN, "mlmt.ll.ref_refresh_freq=2", "actor_rollout_ref.actor.use_kl_loss=true"])
     )

@@ -38,7 +38,7 @@ LL_ROWS = {
 }
 HL_ROWS = {"problem": [0, 0, 0, 0], "attempt": [0, 0, 1, 1], "feedback": [0, 1, 0, 1], "turn": [2, 2, 2, 2]}
 SCORES = StepScores(r1=np.array([[0.0, 1.0]]), r3=np.array([[[1.0, 0.0], [1.0, 1.0]]]))
-STAGE = Stage(stage_id=2, beta1=0.0, beta2=0.0, beta_l=0.0, beta_h=0.0, alpha=0.0)
+STAGE = Stage(stage_id=2, beta_turn1=0.0, beta_turn2=0.0, beta_turn3=0.0, alpha=0.0)
 HL_LOG_PROBS = np.array([-3.0, -5.0, -2.0, -7.0])  # log π_H(g) of each feedback (sum over its tokens)
 COEF = 0.7
 CRITIC = compose_config([]).critic  # what verl's value loss reads: cliprange_value, loss_agg_mode, loss_scale_factor

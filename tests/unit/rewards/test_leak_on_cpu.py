@@ -167,7 +167,7 @@ def test_leak_penalty_changes_only_the_leaking_rows_hl_reward(pool, estimator):
     scores = {"r1": R1, "r3": R3, **leak.leak_scores(_problems(), _episodes(), pool)}
     assert scores["leak"].tolist() == [[[0.0, 1.0], [0.0, 0.0]]]
     mask = torch.ones(4, 3, dtype=torch.long)
-    stage = adv.Stage(stage_id=2, beta1=0.0, beta2=0.0, beta_l=0.0, beta_h=0.0, alpha=0.0)
+    stage = adv.Stage(stage_id=2, beta_turn1=0.0, beta_turn2=0.0, beta_turn3=0.0, alpha=0.0)
     rewards = {}
     for penalty in (0.0, 0.3):
         mlmt = _config(penalty).mlmt

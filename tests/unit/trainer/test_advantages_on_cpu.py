@@ -9,8 +9,8 @@ from verl.trainer.config import AlgoConfig
 from agent_system.trainer import advantages as adv
 from agent_system.trainer.advantages import Stage
 
-STAGE_I = Stage(stage_id=1, beta1=0.3, beta2=0.7, beta_l=0.2, beta_h=0.9, alpha=0.5)
-STAGE_II = Stage(stage_id=2, beta1=0.3, beta2=0.7, beta_l=0.2, beta_h=0.9, alpha=0.5)
+STAGE_I = Stage(stage_id=1, beta_turn1=0.7, beta_turn2=0.9, beta_turn3=0.2, alpha=0.5)
+STAGE_II = Stage(stage_id=2, beta_turn1=0.3, beta_turn2=0.9, beta_turn3=0.2, alpha=0.5)
 
 R1 = np.array([0.0, 1.0, 0.0, 1.0])
 R3 = np.array([1.0, 1.0, 0.0, 0.0])
@@ -165,10 +165,9 @@ def stages():
         {
             "schedule": [0, 10, 25],
             "stage_ids": [1, 2, 2],
-            "beta1": [0.0, 0.1, 0.2],
-            "beta2": [1.0, 0.0, 0.0],
-            "beta_l": [0.01, 0.02, 0.03],
-            "beta_h": [0.5, 0.6, 0.7],
+            "beta_turn1": [1.0, 0.1, 0.2],
+            "beta_turn2": [0.5, 0.6, 0.7],
+            "beta_turn3": [0.01, 0.02, 0.03],
             "alpha": [0.0, 1.0, 2.0],
         }
     )
@@ -183,18 +182,21 @@ def test_stage_at_switches_at_the_schedule_step(stages, step, index):
 
 def test_stage_schedule_zero_three_switches_at_step_three():
     stages = OmegaConf.create(
-        {"schedule": [0, 3], "stage_ids": [1, 2], "beta1": [0, 0], "beta2": [0, 0], "beta_l": [0, 0]}
-        | {"beta_h": [0, 0], "alpha": [0, 0]}
+        {"schedule": [0, 3], "stage_ids": [1, 2], "beta_turn1": [0, 0], "beta_turn2": [0, 0], "beta_turn3": [0, 0]}
+        | {"alpha": [0, 0]}
     )
     assert [adv.stage_at(stages, step)[1].stage_id for step in (1, 2, 3, 4)] == [1, 1, 2, 2]
 
 
 def test_stage_at_returns_that_stage_coefficients(stages):
-    assert adv.stage_at(stages, 1) == (0, Stage(stage_id=1, beta1=0.0, beta2=1.0, beta_l=0.01, beta_h=0.5, alpha=0.0))
-    assert adv.stage_at(stages, 10) == (1, Stage(stage_id=2, beta1=0.1, beta2=0.0, beta_l=0.02, beta_h=0.6, alpha=1.0))
+    assert adv.stage_at(stages, 1) == (0, Stage(stage_id=1, beta_turn1=1.0, beta_turn2=0.5, beta_turn3=0.01, alpha=0.0))
+    assert adv.stage_at(stages, 10) == (
+        1,
+        Stage(stage_id=2, beta_turn1=0.1, beta_turn2=0.6, beta_turn3=0.02, alpha=1.0),
+    )
     index, stage = adv.stage_at(stages, 30)
-    assert index == 2 and stage.alpha == 2.0 and stage.beta_h == 0.7 and stage.stage_id == 2
-    assert isinstance(stage.beta1, float) and isinstance(stage.stage_id, int)
+    assert index == 2 and stage.alpha == 2.0 and stage.beta_turn2 == 0.7 and stage.stage_id == 2
+    assert isinstance(stage.beta_turn1, float) and isinstance(stage.stage_id, int)
 
 
 # ---------------------------------------------------------------- advantages

@@ -19,7 +19,7 @@ REJECTED = [
                                                                              "mlmt.ll.adv_estimator=reinforce"]),
     (["mlmt.ll.turn3_group_by=attempt", "mlmt.ll.adv_estimator=reinforce_plus_plus"], ["mlmt.ll.turn3_group_by"]),
     (["mlmt.ll.freeze=true", "mlmt.stages.schedule=[0,5]", "mlmt.stages.stage_ids=[1,2]",
-      "mlmt.stages.beta1=[0,0]", "mlmt.stages.beta2=[0,0]", "mlmt.stages.beta_l=[0,0]", "mlmt.stages.beta_h=[0,0]",
+      "mlmt.stages.beta_turn1=[0,0]", "mlmt.stages.beta_turn2=[0,0]", "mlmt.stages.beta_turn3=[0,0]",
       "mlmt.stages.alpha=[0,0]"], ["mlmt.stages.stage_ids", "mlmt.ll.freeze=true"]),
     (["hl.rollout.temperature=0", "mlmt.hl.adv_estimator=grpo", "mlmt.m=2"], ["hl.rollout.temperature=0",
                                                                               "mlmt.hl.adv_estimator=grpo",
@@ -54,10 +54,9 @@ def test_neighbour_that_can_act_is_accepted(overrides):
 STAGES_200 = [
     "mlmt.stages.schedule=[0,200]",
     "mlmt.stages.stage_ids=[1,2]",
-    "mlmt.stages.beta1=[0.0,0.01]",
-    "mlmt.stages.beta2=[0.1,0.0]",
-    "mlmt.stages.beta_l=[0.01,0.01]",
-    "mlmt.stages.beta_h=[0,0]",
+    "mlmt.stages.beta_turn1=[0.1,0.01]",
+    "mlmt.stages.beta_turn2=[0,0]",
+    "mlmt.stages.beta_turn3=[0.01,0.01]",
     "mlmt.stages.alpha=[0,10]",
 ]
 EARLY = ["trainer.total_training_steps=null", "trainer.total_epochs=3", "data.train_batch_size=128"]

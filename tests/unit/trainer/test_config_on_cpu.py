@@ -94,9 +94,9 @@ def test_unknown_level_view_raises(config):
         ({"mlmt.hl.adv_estimator": "rloo", "mlmt.m": 1}, "mlmt.hl.adv_estimator"),
         ({"mlmt.ll.adv_estimator": "ppo2"}, "mlmt.ll.adv_estimator"),
         ({"mlmt.hl.adv_estimator": "dpo"}, "mlmt.hl.adv_estimator"),
-        ({"mlmt.stages.beta1": [0.0, 0.1]}, "mlmt.stages.beta1"),
+        ({"mlmt.stages.beta_turn1": [0.0, 0.1]}, "mlmt.stages.beta_turn1"),
         (
-            {f"mlmt.stages.{k}": [0.0, 0.0] for k in ("beta1", "beta2", "beta_l", "beta_h")}
+            {f"mlmt.stages.{k}": [0.0, 0.0] for k in ("beta_turn1", "beta_turn2", "beta_turn3")}
             | {"mlmt.stages.schedule": [0, 50], "mlmt.stages.stage_ids": [1, 2]},  # alpha stays [0.0]
             "mlmt.stages.alpha",
         ),
@@ -133,7 +133,7 @@ def test_one_frozen_level_is_fine(cfg):
 
 
 def test_two_stage_schedule_is_fine(cfg):
-    for key in ("beta1", "beta2", "beta_l", "beta_h", "alpha"):
+    for key in ("beta_turn1", "beta_turn2", "beta_turn3", "alpha"):
         OmegaConf.update(cfg, f"mlmt.stages.{key}", [0.0, 0.1])
     OmegaConf.update(cfg, "mlmt.stages.schedule", [0, 50])
     OmegaConf.update(cfg, "mlmt.stages.stage_ids", [1, 2])
@@ -175,8 +175,8 @@ STAGE_TWO_ALPHA = {"mlmt.stages.alpha": [1.0]}
         # α in a stage-I stage
         ({"mlmt.stages.stage_ids": [1]} | STAGE_TWO_ALPHA, ["mlmt.stages.alpha", "mlmt.stages.stage_ids"]),
         # KL coefficients of a frozen level
-        ({"mlmt.ll.freeze": True, "mlmt.stages.beta_l": [0.1]}, ["mlmt.stages.beta_l", "mlmt.ll.freeze"]),
-        ({"mlmt.hl.freeze": True, "mlmt.stages.beta_h": [0.1]}, ["mlmt.stages.beta_h", "mlmt.hl.freeze"]),
+        ({"mlmt.ll.freeze": True, "mlmt.stages.beta_turn3": [0.1]}, ["mlmt.stages.beta_turn3", "mlmt.ll.freeze"]),
+        ({"mlmt.hl.freeze": True, "mlmt.stages.beta_turn2": [0.1]}, ["mlmt.stages.beta_turn2", "mlmt.hl.freeze"]),
     ],
 )
 def test_validate_rejects_inert_combinations_naming_the_keys(cfg, changes, keys):
@@ -200,7 +200,7 @@ def test_validate_rejects_inert_combinations_naming_the_keys(cfg, changes, keys)
         {"mlmt.ll.turn3_group_by": "attempt", "mlmt.reward.hl_reward": "progress"}
         | {"mlmt.hl.adv_estimator": "reinforce"}
         | STAGE_TWO_ALPHA,
-        {"mlmt.hl.freeze": True, "mlmt.stages.beta_l": [0.1]},
+        {"mlmt.hl.freeze": True, "mlmt.stages.beta_turn3": [0.1]},
     ],
 )
 def test_acting_combinations_are_accepted(cfg, changes):

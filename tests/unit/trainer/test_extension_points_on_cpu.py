@@ -84,7 +84,7 @@ def test_a_registered_task_reward_replaces_the_levels_reward_and_extra_reward_ad
     )
     rows = RowKeys(turn=[2, 2], problem=[0, 0], attempt=[0, 0], feedback=[0, 1])
     scores = StepScores(r1=np.zeros((1, 1)), r3=np.array([[[1.0, 0.0]]]))
-    stage = adv.Stage(stage_id=2, beta1=0.0, beta2=0.0, beta_l=0.0, beta_h=0.0, alpha=0.0)
+    stage = adv.Stage(stage_id=2, beta_turn1=0.0, beta_turn2=0.0, beta_turn3=0.0, alpha=0.0)
     inputs = LevelInputs(kl=np.zeros(2), response_mask=torch.ones(2, 3), extra_reward=np.array([0.5, 0.25]))
 
     def rewards(rows, scores, stage, mlmt, inputs):

@@ -48,7 +48,7 @@ def test_modes_validate_and_drop_the_hl(base):
     [
         ("self", {"reward.hl_reward": "contrastive"}, "mlmt.reward.hl_reward"),
         ("self", {"reward.confidence_lambda": 0.1}, "mlmt.reward.confidence_lambda"),
-        ("none", {"stages.beta_h": [0.1]}, "mlmt.stages.beta_h"),
+        ("none", {"stages.beta_turn2": [0.1]}, "mlmt.stages.beta_turn2"),
         ("none", {"stages.stage_ids": [1]}, "mlmt.stages.stage_ids=1"),
         ("none", {"stages.alpha": [1.0]}, "mlmt.stages.alpha"),
         ("self", {"ll.freeze": True}, "mlmt.ll.freeze"),
@@ -61,8 +61,7 @@ def test_knobs_that_need_an_hl_or_a_turn_3_are_rejected(base, mode, knobs, named
 
 def test_score_stages_are_valid_without_an_hl(base):
     score = {"stages.schedule": [0, 3], "stages.stage_ids": [1, 2], "stages.alpha": [0.0, 10.0]}
-    score.update({"stages.beta1": [0.0, 0.01], "stages.beta2": [0.1, 0.0], "stages.beta_l": [0.0, 0.0]})
-    score.update({"stages.beta_h": [0.0, 0.0]})
+    score.update({"stages.beta_turn1": [0.1, 0.01], "stages.beta_turn2": [0.0, 0.0], "stages.beta_turn3": [0.0, 0.0]})
     validate_config(_with(base, feedback="self", **score))
 
 
@@ -123,7 +122,7 @@ def test_single_turn_rows_get_grpo_advantages_of_r1():
     scores = StepScores(r1=np.array([[1.0, 0.0, 0.0, 1.0]]), r3=np.zeros((1, 4, 0)))
     mlmt = OmegaConf.create({"ll": {"adv_estimator": "grpo", "turn3_group_by": "problem"}, "stages": {"kl_in": "loss"}})
     algorithm = OmegaConf.create({"gamma": 1.0, "lam": 1.0, "norm_adv_by_std_in_grpo": True})
-    stage = Stage(stage_id=2, beta1=0.0, beta2=0.0, beta_l=0.0, beta_h=0.0, alpha=0.0)
+    stage = Stage(stage_id=2, beta_turn1=0.0, beta_turn2=0.0, beta_turn3=0.0, alpha=0.0)
     result = adv.level_advantages(
         level="ll",
         rows=RowKeys(**rows),

@@ -46,8 +46,8 @@ def _mask(rows):
     return mask
 
 
-def _stage(stage_id=2, beta1=0.0, beta2=0.0, beta_l=0.0, beta_h=0.0, alpha=0.0):
-    return Stage(stage_id=stage_id, beta1=beta1, beta2=beta2, beta_l=beta_l, beta_h=beta_h, alpha=alpha)
+def _stage(stage_id=2, beta_turn1=0.0, beta_turn2=0.0, beta_turn3=0.0, alpha=0.0):
+    return Stage(stage_id=stage_id, beta_turn1=beta_turn1, beta_turn2=beta_turn2, beta_turn3=beta_turn3, alpha=alpha)
 
 
 def _per_row(advantages, mask):
@@ -143,11 +143,11 @@ def test_stage_one_turn1_rows_get_only_their_kl_term(estimator, kl_in):
     scores = StepScores(r1=np.array([[1.0, 0.0]]), r3=np.array([[[1.0, 1.0], [1.0, 0.0]]]))
     mask = _mask(LL_ROWS)
     values = _values(mask)
-    stage = _stage(1, beta2=0.1, beta_l=0.05)
+    stage = _stage(1, beta_turn1=0.1, beta_turn3=0.05)
     mlmt = _mlmt(ll=estimator, kl_in=kl_in)
     result = _advantages("ll", LL_ROWS, scores, np.asarray(LL_KL), stage, mlmt, mask, values)
     np.testing.assert_allclose(result.task_rewards, [0, 0, 1, 1, 1, 0])
-    # kl_in=loss: the KL is in the actor's loss (β2 on turn 1), the advantage is 0; kl_in=advantage: −β2·(KL − KL of
+    # kl_in=loss: the KL is in the actor's loss (β on turn 1), the advantage is 0; kl_in=advantage: −β·(KL − KL of
     # the other turn-1 row) = −0.1·(0.3 − 0.9), −0.1·(0.9 − 0.3), on every response token
     got = _per_row(result.advantages[:2], mask[:2])
     np.testing.assert_allclose(got, [0.0, 0.0] if kl_in == "loss" else [0.06, -0.06], atol=1e-6)
@@ -176,7 +176,9 @@ def test_kl_part_scales_linearly_with_beta(level, stage_id):
     base, _, _ = _run(level, SCORES, kl, _stage(stage_id), _mlmt())
     parts = []
     for beta in (1e-3, 1e-2, 1e-1, 1.0):
-        stage = _stage(stage_id, beta1=beta, beta2=2 * beta, beta_l=3 * beta, beta_h=4 * beta)
+        stage = _stage(
+            stage_id, beta_turn1=(2 if stage_id == 1 else 1) * beta, beta_turn2=4 * beta, beta_turn3=3 * beta
+        )
         got, _, _ = _run(level, SCORES, kl, stage, _mlmt())
         parts.append((got - base) / beta)
     for part in parts[1:]:
@@ -192,19 +194,20 @@ def test_kl_part_scales_linearly_with_beta(level, stage_id):
 
 
 def test_small_beta_in_an_equal_reward_group_stays_small():
-    # issue 8: β1 = 1e-3 with a 0.01 KL difference in a group of equal task reward gave ±0.62 (divided by the std)
+    # issue 8: a turn-1 β = 1e-3 (stage II) with a 0.01 KL difference in a group of equal task reward gave ±0.62
+    # (divided by the std)
     scores = StepScores(r1=np.array([[1.0, 1.0]]), r3=np.array([[[1.0, 1.0], [1.0, 1.0]]]))
     kl = [0.50, 0.51, 0.0, 0.0, 0.0, 0.0]
-    got, _, _ = _run("ll", scores, kl, _stage(2, beta1=1e-3), _mlmt())
-    np.testing.assert_allclose(got[:2], [1.0e-5, -1.0e-5], rtol=1e-3)  # −β1·(KL − the other row's KL)
+    got, _, _ = _run("ll", scores, kl, _stage(2, beta_turn1=1e-3), _mlmt())
+    np.testing.assert_allclose(got[:2], [1.0e-5, -1.0e-5], rtol=1e-3)  # −β·(KL − the other row's KL)
     assert np.abs(got).max() < 1e-3
 
 
-def test_stage_one_turn1_advantage_is_minus_beta2_kl():
-    # issue 8: stage-I turn 1 gave ≈ ±0.707 whatever β2 was; now the row with more KL is pushed down, by β2·ΔKL
-    for beta2 in (0.01, 0.1):
-        got, _, _ = _run("ll", SCORES, LL_KL, _stage(1, beta2=beta2), _mlmt())
-        np.testing.assert_allclose(got[:2], [beta2 * 0.6, -beta2 * 0.6], rtol=1e-4)
+def test_stage_one_turn1_advantage_is_minus_beta_kl():
+    # issue 8: stage-I turn 1 gave ≈ ±0.707 whatever its β was; now the row with more KL is pushed down, by β·ΔKL
+    for beta in (0.01, 0.1):
+        got, _, _ = _run("ll", SCORES, LL_KL, _stage(1, beta_turn1=beta), _mlmt())
+        np.testing.assert_allclose(got[:2], [beta * 0.6, -beta * 0.6], rtol=1e-4)
 
 
 @pytest.mark.parametrize("level", ["ll", "hl"])
@@ -212,7 +215,7 @@ def test_stage_one_turn1_advantage_is_minus_beta2_kl():
 def test_kl_in_loss_leaves_the_task_advantages_and_carries_each_turns_beta(level, stage_id):
     kl = LL_KL if level == "ll" else HL_KL
     base, _, _ = _run(level, SCORES, kl, _stage(stage_id), _mlmt(kl_in="loss"))
-    stage = _stage(stage_id, beta1=0.1, beta2=0.2, beta_l=0.3, beta_h=0.4)
+    stage = _stage(stage_id, beta_turn1=0.2 if stage_id == 1 else 0.1, beta_turn2=0.4, beta_turn3=0.3)
     got, result, _ = _run(level, SCORES, kl, stage, _mlmt(kl_in="loss"))
     np.testing.assert_allclose(got, base, atol=1e-6)
     np.testing.assert_allclose(result.kl_penalty, 0.0)

@@ -60,7 +60,7 @@ def test_rr_1_15_plan_gives_each_levels_updates_and_lr():
 
 def test_rows_tokens_samples_and_references():
     config, plan = _plan(["mlmt.n=4", "mlmt.m=2", "data.train_batch_size=8", "mlmt.reward.hl_reward=contrastive",
-                          "mlmt.stages.beta_l=[0.01]", "mlmt.hl.adv_estimator=gae"])  # fmt: skip
+                          "mlmt.stages.beta_turn3=[0.01]", "mlmt.hl.adv_estimator=gae"])  # fmt: skip
     ll, hl = plan.levels["ll"], plan.levels["hl"]
     assert ll.rows_per_update == 8 * 4 * 3 and hl.rows_per_update == 8 * 4 * 2
     assert ll.tokens_per_row == config.data.max_prompt_length + config.data.max_response_length
@@ -73,8 +73,8 @@ def test_rows_tokens_samples_and_references():
 
 
 def test_stage_periods_with_their_coefficients():
-    stages = ["mlmt.stages.schedule=[0,200]", "mlmt.stages.stage_ids=[1,2]", "mlmt.stages.beta1=[0.0,0.01]",
-              "mlmt.stages.beta2=[0.1,0.0]", "mlmt.stages.beta_l=[0.01,0.02]", "mlmt.stages.beta_h=[0,0]",
+    stages = ["mlmt.stages.schedule=[0,200]", "mlmt.stages.stage_ids=[1,2]", "mlmt.stages.beta_turn1=[0.1,0.01]",
+              "mlmt.stages.beta_turn3=[0.01,0.02]", "mlmt.stages.beta_turn2=[0,0]",
               "mlmt.stages.alpha=[0,10]", "trainer.total_training_steps=400"]  # fmt: skip
     _, plan = _plan(stages)
     first, second = plan.stages
@@ -178,7 +178,7 @@ def _history(config, plan, last_step):
 def test_plan_check_names_each_difference(tmp_path):
     overrides = ["trainer.total_training_steps=12", "mlmt.schedule.tL=3", "mlmt.stages.schedule=[0,5]",
                  "mlmt.stages.stage_ids=[2,2]", *[f"mlmt.stages.{k}=[0,0]" for k in
-                                                  ("beta1", "beta2", "beta_l", "beta_h", "alpha")],
+                                                  ("beta_turn1", "beta_turn2", "beta_turn3", "alpha")],
                  "actor_rollout_ref.actor.optim.lr_scheduler_type=cosine"]  # fmt: skip
     config, plan = _plan(overrides)
     history = _history(config, plan, 12)
