@@ -60,9 +60,10 @@ def episode_metrics(episodes, scores: StepScores, prefix: str) -> dict[str, floa
 def trajectory_records(problems, episodes, scores: StepScores) -> list[dict]:
     """One JSON-able record per (attempt, feedback) pair: problem, attempt, feedback, refinement, R1, R3 (and R_ref
     with the contrastive HL reward), the three prompts as the models read them (``prompts``: solve, feedback, refine;
-    quotes shortened to the budget show an elision marker), and for code tasks the ``execution_result`` of the attempt
-    that the feedback prompt quotes. Self-correction records have feedback null; single-turn records (no refinement)
-    hold the problem, the attempt and R1."""
+    quotes shortened to the budget show an elision marker), whether each turn was ``truncated`` (cut at its token
+    budget), and for code tasks the ``execution_result`` of the attempt that the feedback prompt quotes.
+    Self-correction records have feedback null; single-turn records (no refinement) hold the problem, the attempt, R1
+    and the attempt's truncation."""
     records = []
     for row, episode in zip(problems, episodes, strict=True):
         for j, attempt in enumerate(episode.attempts):
@@ -74,6 +75,7 @@ def trajectory_records(problems, episodes, scores: StepScores) -> list[dict]:
                         "attempt": attempt.attempt.text,
                         "R1": float(scores.r1[episode.problem_index, j]),
                         "prompts": {"solve": attempt.attempt.prompt.text},
+                        "truncated": {"attempt": attempt.attempt.truncated},
                     }
                 )
             for k, refinement in enumerate(attempt.refinements):
@@ -90,6 +92,11 @@ def trajectory_records(problems, episodes, scores: StepScores) -> list[dict]:
                             "solve": attempt.attempt.prompt.text,
                             "feedback": refinement.feedback.prompt.text if refinement.feedback is not None else None,
                             "refine": refinement.refinement.prompt.text,
+                        },
+                        "truncated": {  # the turn used its whole token budget without a stop token
+                            "attempt": attempt.attempt.truncated,
+                            "feedback": refinement.feedback.truncated if refinement.feedback is not None else None,
+                            "refinement": refinement.refinement.truncated,
                         },
                     }
                 )
