@@ -1,5 +1,6 @@
 """agent_system/recipes/learning_curve.py on hand-written validation records: accuracies, standard errors, truncation
-shares and the paired tests checked against a hand computation; the CLI writes the table and the plot.
+shares and the paired tests checked against a hand computation; the CLI writes the table and the plot; the recipe
+recipes/learning_demo/run_learning_demo.sh gives both runs the same settings but the freeze and never mixes runs.
 
     .venv/bin/python -m pytest tests/unit/recipes/test_learning_curve_on_cpu.py
 """
@@ -8,6 +9,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -92,3 +95,22 @@ def test_cli_writes_the_table_json_and_plot(tmp_path):
     saved = json.loads((tmp_path / "out" / "learning_curve.json").read_text())
     assert saved["curves"]["frozen_hl"][1]["final_acc"] == 0.25
     assert (tmp_path / "out" / "learning_curve.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_the_recipe_runs_both_with_the_same_settings_and_refuses_other_settings_in_the_same_out(tmp_path):
+    """recipes/learning_demo/run_learning_demo.sh with a stub interpreter that records its argv (nothing trains)."""
+    stub, record = tmp_path / "python-stub", tmp_path / "argv"
+    stub.write_text('#!/usr/bin/env bash\nif [[ "$2" == verl.trainer.main_mlmt ]]; then echo "$@" >> "$RECORD"; fi\n')
+    stub.chmod(0o755)
+    env = {**os.environ, "MLMT_PYTHON": str(stub), "RECORD": str(record)}
+    script = str(Path(__file__).resolve().parents[3] / "recipes" / "learning_demo" / "run_learning_demo.sh")
+    out = tmp_path / "demo"
+    run = [script, "--out", str(out), "--steps", "3", "mlmt.n=4"]
+    assert subprocess.run(["bash", *run], env=env, capture_output=True, text=True, timeout=60).returncode == 0
+    mlmt, frozen = (line.split() for line in record.read_text().splitlines())
+    assert mlmt[-2:] == [f"trainer.default_local_dir={out}/mlmt", "trainer.experiment_name=learning_demo_mlmt"]
+    assert frozen[-1] == "mlmt.hl.freeze=true" and frozen[: len(mlmt) - 2] == mlmt[:-2]  # only the freeze differs
+    assert {"trainer.total_training_steps=3", "mlmt.dataset.n_val=64", "mlmt.n=4"} <= set(mlmt)
+    assert mlmt.index("mlmt.n=4") > mlmt.index("mlmt.n=2")  # the user's override comes last: it wins
+    refused = subprocess.run(["bash", *run[:-1], "mlmt.n=2"], env=env, capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 1 and "other settings" in refused.stderr
