@@ -6,7 +6,8 @@
         [--judge-model M --judge-base-url URL [--judge-api-key-env VAR]]
     python -m agent_system.eval.math500 --compare eval/RUN_A eval/RUN_B      # paired test, nothing evaluated
 
-Modes, chosen by the arguments (cross pairs are just other paths):
+Modes, chosen by the arguments (cross pairs are just other paths; :mod:`agent_system.eval.matrix` evaluates every
+pair of a list of solvers and a list of feedback writers and tabulates them):
 
 * ``--hl H``: MLMT. The solver attempts, then in each of ``--rounds`` rounds the feedback writer critiques the
   latest attempt and the solver refines (turns 1, 3, 5, ... are the solver's answers). ``H`` may be the HL of another
@@ -65,6 +66,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import dataclasses
 import json
 import logging
@@ -514,10 +516,37 @@ def missing_data_message(data: str) -> str:
     )
 
 
-def evaluate(args: argparse.Namespace) -> dict[str, Any]:
-    """Evaluate what ``--out`` does not hold yet, then summarize every selected problem."""
+class Graders:
+    """The strict (:class:`agent_system.rewards.RewardPool`) and lenient (:class:`LenientGrader`) grading workers,
+    started when first asked for and stopped on exit: each start spawns processes, so
+    :mod:`agent_system.eval.matrix` shares one set between its pairs and starts none when every pair is done."""
+
+    def __init__(self, workers: int, timeout_s: float) -> None:
+        self.workers, self.timeout_s = workers, timeout_s
+        self._stack = contextlib.ExitStack()
+        self._started: tuple[Any, LenientGrader] | None = None
+
+    def __enter__(self) -> Graders:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self._started = None
+        self._stack.close()
+
+    def get(self) -> tuple[Any, LenientGrader]:
+        """The strict pool and the lenient grader, started on the first call."""
+        if self._started is None:
+            from agent_system.rewards import RewardPool
+
+            pool = self._stack.enter_context(RewardPool(self.workers, self.timeout_s))
+            self._started = (pool, self._stack.enter_context(LenientGrader(self.workers, self.timeout_s)))
+        return self._started
+
+
+def evaluate(args: argparse.Namespace, graders: Graders | None = None) -> dict[str, Any]:
+    """Evaluate what ``--out`` does not hold yet, then summarize every selected problem (grading with ``graders``,
+    else with workers of its own)."""
     from agent_system.models.resolve import resolve_model_path
-    from agent_system.rewards import RewardPool
 
     validate(args)
     if not Path(args.data).is_file():  # before --out is created
@@ -537,7 +566,8 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
     if len(todo) < len(rows):
         logger.info("resuming: %d of %d problems already in %s", len(rows) - len(todo), len(rows), store.records_path)
     if todo:
-        run_problems(args, store, rows, todo, resolve_model_path, RewardPool)
+        with contextlib.nullcontext(graders) if graders else Graders(args.reward_workers, args.timeout_s) as active:
+            run_problems(args, store, rows, todo, resolve_model_path, active)
     summary = summarize([store.records[i] for i in range(len(rows))], args.mode, args.temperature, bool(args.judge))
     store.write_summary(summary, settings)
     return summary
@@ -548,7 +578,7 @@ async def gather(awaitables, return_exceptions: bool = False) -> list:
     return await asyncio.gather(*awaitables, return_exceptions=return_exceptions)
 
 
-def run_problems(args, store: RecordStore, rows: list[dict], todo: list[int], resolve, reward_pool) -> None:
+def run_problems(args, store: RecordStore, rows: list[dict], todo: list[int], resolve, graders: Graders) -> None:
     """Generate and grade the problems in ``todo``, batch by batch, appending each batch's records."""
     from transformers import AutoTokenizer
 
@@ -572,11 +602,8 @@ def run_problems(args, store: RecordStore, rows: list[dict], todo: list[int], re
     runner = EpisodeRunner(ll, hl, ll_tokenizer, hl_tokenizer, prompts)
     loop = asyncio.new_event_loop()  # one loop for all batches: vLLM's engine binds to the loop that first uses it
     try:
-        with (
-            reward_pool(args.reward_workers, args.timeout_s) as pool,
-            LenientGrader(args.reward_workers, args.timeout_s) as lenient,
-            tqdm(total=len(rows), initial=len(rows) - len(todo), desc="MATH-500 eval", unit="problem") as progress,
-        ):
+        pool, lenient = graders.get()
+        with tqdm(total=len(rows), initial=len(rows) - len(todo), desc="MATH-500 eval", unit="problem") as progress:
             for start in range(0, len(todo), args.batch_size):
                 batch = todo[start : start + args.batch_size]
                 jobs = [
@@ -720,13 +747,10 @@ def compare_markdown(result: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--ll", help="solver: smollm2, a Hugging Face folder / hub name, an export (required)")
-    parser.add_argument("--hl", default=None, help="feedback writer (same forms as --ll); leave out: no feedback")
-    parser.add_argument("--self-correct", action="store_true", help="the solver corrects itself (SCoRe); no --hl")
+def add_run_options(parser: argparse.ArgumentParser) -> None:
+    """The options of an evaluation other than its models, mode and ``--out`` (also those of
+    :mod:`agent_system.eval.matrix`, which passes them to every pair)."""
     parser.add_argument("--data", help="verl-schema parquet (agent_system.data.preprocess) (required)")
-    parser.add_argument("--out", help="results folder (records.jsonl, summary.json, summary.md) (required)")
     parser.add_argument("--rounds", type=int, default=None, help="correction rounds K (default 1; 0 alone)")
     parser.add_argument("--samples", type=int, default=1, help="samples per problem k (pass@k; needs temperature)")
     parser.add_argument("--limit", type=int, default=0, help="evaluate the first N problems (0: all)")
@@ -754,6 +778,15 @@ def main() -> None:
         "--judge-api-key-env", default="MLMT_JUDGE_API_KEY", help="LLM judge: the environment variable with its key"
     )
     parser.add_argument("--judge-timeout-s", type=float, default=10.0, help="LLM judge: seconds per request")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--ll", help="solver: smollm2, a Hugging Face folder / hub name, an export (required)")
+    parser.add_argument("--hl", default=None, help="feedback writer (same forms as --ll); leave out: no feedback")
+    parser.add_argument("--self-correct", action="store_true", help="the solver corrects itself (SCoRe); no --hl")
+    parser.add_argument("--out", help="results folder (records.jsonl, summary.json, summary.md) (required)")
+    add_run_options(parser)
     parser.add_argument(
         "--compare", nargs=2, metavar=("RUN_A", "RUN_B"), help="paired test of two --out folders (nothing evaluated)"
     )

@@ -7,12 +7,16 @@
 # --out skips the problems already done.
 #
 #   bash mlmt-configs/math/eval_math500.sh <ll_model> [hl_model] [options]
+#   bash mlmt-configs/math/eval_math500.sh --matrix <ll_a,ll_b,...> --hl <hl_a,...[,none]> [options]
 #
 #   # MLMT: an exported run (python -m agent_system.trainer.export --run-dir RUN), one feedback round
 #   bash mlmt-configs/math/eval_math500.sh RUN/export/global_step_500/ll RUN/export/global_step_500/hl
 #   # cross pair: run A's solver with run B's feedback writer; the solver with its frozen (untrained) HL
 #   bash mlmt-configs/math/eval_math500.sh A/export/global_step_500/ll B/export/global_step_500/hl --out eval/A_ll_B_hl
 #   bash mlmt-configs/math/eval_math500.sh A/export/global_step_500/ll meta-llama/Llama-3.2-1B-Instruct
+#   # every pair at once, on the same problems: each solver with each feedback writer and alone (none); one table
+#   bash mlmt-configs/math/eval_math500.sh --matrix A/export/global_step_500/ll,meta-llama/Llama-3.2-1B-Instruct \
+#       --hl A/export/global_step_500/hl,B/export/global_step_500/hl,meta-llama/Llama-3.2-1B-Instruct,none
 #   # the solver alone (single-turn GRPO, a base model); SCoRe's self-correction, two rounds; pass@8
 #   bash mlmt-configs/math/eval_math500.sh recipes_out/grpo/export/global_step_500/ll
 #   bash mlmt-configs/math/eval_math500.sh SCORE_MODEL --self-correct --rounds 2
@@ -30,24 +34,37 @@
 # $DATA_DIR/math500/test.parquet (DATA_DIR=data), written by
 #   python -m agent_system.data.preprocess --dataset math500 --output data/math500/test.parquet [--input FILE]
 # Results in --out: records.jsonl (per problem, sample and answer: extracted answer, outcome, lenient verdict),
-# config.json, summary.json, summary.md. MLMT_PYTHON picks the interpreter.
+# config.json, summary.json, summary.md. With --matrix, --out (default eval/matrix) holds pairs/<ll>__<hl>/ (each
+# such a folder; a rerun reuses them) and the table of every pair (final accuracy, Δ(t1, final), i→c, c→i, leak
+# rate): matrix.md, matrix.json, matrix.png (a heat map). MLMT_PYTHON picks the interpreter.
 set -euo pipefail
 
-if [[ $# -lt 1 || "$1" == -* ]]; then
-  sed -n '2,33p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+module=math500
+if [[ "${1:-}" == --matrix ]]; then
+  if [[ $# -lt 2 || "$2" == -* ]]; then
+    echo "error: --matrix needs the solvers, comma-separated: --matrix LL_A,LL_B --hl HL_A,HL_B,none" >&2
+    exit 2
+  fi
+  module=matrix
+  model_args=(--ll "$2")
+  name=matrix
+  shift 2
+elif [[ $# -lt 1 || "$1" == -* ]]; then
+  sed -n '2,39p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
   exit 2
-fi
-ll=$1
-shift
-model_args=(--ll "$ll")
-name=$(basename "$(dirname "$ll")")_$(basename "$ll")
-if [[ $# -gt 0 && "$1" != -* ]]; then
-  model_args+=(--hl "$1")
-  name+=__$(basename "$(dirname "$1")")_$(basename "$1")
+else
+  ll=$1
   shift
+  model_args=(--ll "$ll")
+  name=$(basename "$(dirname "$ll")")_$(basename "$ll")
+  if [[ $# -gt 0 && "$1" != -* ]]; then
+    model_args+=(--hl "$1")
+    name+=__$(basename "$(dirname "$1")")_$(basename "$1")
+    shift
+  fi
 fi
 defaults=()
 [[ " $* " == *" --data "* ]] || defaults+=(--data "${DATA_DIR:-data}/math500/test.parquet")
 [[ " $* " == *" --out "* ]] || defaults+=(--out "eval/${name#._}")
 
-exec "${MLMT_PYTHON:-python}" -m agent_system.eval.math500 "${model_args[@]}" "${defaults[@]}" "$@"
+exec "${MLMT_PYTHON:-python}" -m "agent_system.eval.$module" "${model_args[@]}" "${defaults[@]}" "$@"

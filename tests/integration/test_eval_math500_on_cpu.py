@@ -25,20 +25,7 @@ from agent_system.eval.grading import OUTCOMES
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
-SHARED = Path(os.environ.get("MLMT_SHARED_DATA", REPO.parent / "shared" / "data"))
 SCRIPT = REPO / "mlmt-configs" / "math" / "eval_math500.sh"
-
-
-@pytest.fixture(scope="module")
-def math500_dir(tmp_path_factory):
-    """$DATA_DIR with math500/test.parquet: the first 4 MATH-500 problems."""
-    from agent_system.data.preprocess import preprocess
-
-    root = tmp_path_factory.mktemp("data")
-    preprocess(
-        "math500", str(root / "math500" / "test.parquet"), input_path=str(SHARED / "math500" / "test.jsonl"), limit=4
-    )
-    return root
 
 
 def _summary(out: Path) -> dict:
