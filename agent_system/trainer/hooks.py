@@ -30,7 +30,8 @@ class Extension:
 
     Before the workers start, ``check_data`` reads the training rows. Order within a step: ``level_inputs`` and
     ``level_metrics`` while each level's batch is built (log-probs → the hook → advantages → metrics),
-    ``before_updates`` once both batches exist, ``after_step`` after the updates and weight syncs. ``save`` / ``restore`` run with every checkpoint and on resume.
+    ``before_updates`` once both batches exist, ``after_step`` after the updates and weight syncs. ``save`` /
+    ``restore`` run with every checkpoint and on resume.
     """
 
     name = "extension"

@@ -29,19 +29,27 @@ def has_cue(text: str) -> bool:
     return any(c.isdigit() for c in text)
 
 
-def train_cue_solver(path: str, p_right_given_cue: float, steps: int = 250, feedback_tokens: int = 4, seed: int = 0):
-    """Fine-tune the tiny model at ``path`` in place into the cue-following solver; returns the final loss."""
+def _load(path: str):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    torch.manual_seed(seed)
-    rng = random.Random(seed)
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
-    prompts, task = PromptBuilder(), Task(PROBLEM, "math", ANSWER)
+    return AutoTokenizer.from_pretrained(path), AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+
+
+def _plain_and_digit_tokens(tokenizer) -> tuple[list[int], list[int]]:
+    """The vocabulary's non-special token ids without a digit and with one."""
     special = set(tokenizer.all_special_ids)
     vocab = [i for i in range(len(tokenizer)) if i not in special]
-    digit = [i for i in vocab if has_cue(tokenizer.decode([i]))]
-    plain = [i for i in vocab if not has_cue(tokenizer.decode([i]))]
+    cued = {i for i in vocab if has_cue(tokenizer.decode([i]))}
+    return [i for i in vocab if i not in cued], [i for i in vocab if i in cued]
+
+
+def train_cue_solver(path: str, p_right_given_cue: float, steps: int = 250, feedback_tokens: int = 4, seed: int = 0):
+    """Fine-tune the tiny model at ``path`` in place into the cue-following solver; returns the final loss."""
+    torch.manual_seed(seed)
+    rng = random.Random(seed)
+    tokenizer, model = _load(path)
+    prompts, task = PromptBuilder(), Task(PROBLEM, "math", ANSWER)
+    plain, digit = _plain_and_digit_tokens(tokenizer)
 
     def example() -> tuple[list[int], str]:
         if rng.random() < 0.1:
@@ -74,6 +82,29 @@ def train_cue_solver(path: str, p_right_given_cue: float, steps: int = 250, feed
         optimizer.step()
     model.save_pretrained(path)
     return float(loss.detach())
+
+
+def right_given_cue_probability(path: str, feedbacks: int = 64, feedback_tokens: int = 4, seed: int = 7) -> float:
+    """The solver at ``path``'s probability, sampling at temperature 1, of starting its refinement with the right
+    answer ("The answer is 3") given a cued feedback: exact per feedback (the product of its token probabilities),
+    averaged over ``feedbacks`` random ones drawn as an untrained feedback writer writes them (``feedback_tokens``
+    vocabulary tokens, one of them a digit). The solver's rate before any RL update, without sampling noise."""
+    rng = random.Random(seed)
+    tokenizer, model = _load(path)
+    prompts, task = PromptBuilder(), Task(PROBLEM, "math", ANSWER)
+    plain, digit = _plain_and_digit_tokens(tokenizer)
+    right = tokenizer(RIGHT, add_special_tokens=False)["input_ids"]
+    probabilities = []
+    with torch.no_grad():
+        for _ in range(feedbacks):
+            ids = [rng.choice(plain) for _ in range(feedback_tokens - 1)]
+            ids.insert(rng.randint(0, len(ids)), rng.choice(digit))
+            feedback = tokenizer.decode(ids, skip_special_tokens=True)
+            prompt = prompts.refine(task, WRONG, feedback, tokenizer, 512).ids
+            logits = model(input_ids=torch.tensor([prompt + right])).logits[0, len(prompt) - 1 : -1]
+            logp = torch.log_softmax(logits, dim=-1).gather(1, torch.tensor(right)[:, None]).sum()
+            probabilities.append(float(logp.exp()))
+    return sum(probabilities) / len(probabilities)
 
 
 def write_dataset(folder, rows: int = 16) -> tuple[str, str]:

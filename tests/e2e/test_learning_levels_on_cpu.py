@@ -4,16 +4,18 @@
   contains a digit; the feedback writer starts from random weights. Its reward R3 must rise from its starting rate
   (about 0.25; asserted in [0.1, 0.5]) to >= 0.8.
 * **Both levels at once** under the default (tH, tL) = (1, 1) schedule (both levels every step): the solver starts
-  right only about half the time when cued; turn-3 accuracy and the solver's accuracy given a cue must rise. The
-  feedback writer does not learn in this run (see the test's docstring).
+  right with probability 0.65 when cued; turn-3 accuracy must rise, and that probability by at least 0.2. The
+  feedback writer does not learn reliably in this run (see the test's docstring).
 """
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from cue_task import has_cue
+from cue_task import has_cue, right_given_cue_probability
 from mlmt_run import run_main, trajectories
+
+from agent_system.trainer.export import export_checkpoint
 
 pytestmark = pytest.mark.e2e
 
@@ -77,22 +79,30 @@ def test_feedback_writer_learns_to_emit_the_cue(cue_ll_sure, cue_hl, cue_data, t
 
 
 def test_both_levels_update_and_the_solver_learns_under_the_default_schedule(cue_ll_unsure, cue_hl, cue_data, tmp_path):
-    """Both levels update on every step; turn-3 accuracy and the solver's accuracy given a cue rise.
+    """Both levels update on every step; turn-3 accuracy rises, and the solver's probability of answering right given
+    a cue rises from its value before training to its value after (both exact on the same 64 cued feedbacks).
+
+    The given-cue figure is a probability computed on the exported checkpoints, not a rate over sampled rows: the
+    sampled rate pooled over steps 1-3 (15-35 rows, after two updates) ranged 0.42-0.74 in four runs, and a CI run
+    with 0.74 → 0.98 failed the former bound "steps 10-12 > steps 1-3 + 0.25" on unchanged code.
 
     What this run does **not** show reliably: the feedback writer learning. Its reward is R3, and on this
     single-answer task the solver also learns to answer without the cue (it already does about a third of the time at
     step 1), so the feedback can stop mattering. Measured, the HL's cue rate over 12 steps at solver lr 1e-4:
     0.31 → 0.16, 0.34 → 0.41 and 0.31 → 0.72 in three runs; 0.28 → 0.16 at 3e-5 and 0.34 → 0.19 at 1e-5, while the
-    accuracy without a cue rose from 0.19-0.35 to 0.73-0.81 at the lower rates. So the cue rate is printed, not
-    asserted. The HL learning the cue is asserted in the frozen-solver test above; a joint-training task on which the
-    feedback keeps mattering is still to be built.
+    accuracy without a cue rose from 0.19-0.35 to 0.73-0.81 at the lower rates. A copy task with three problems
+    (the solver fine-tuned to copy the feedback's digit, the HL to write a random one of five digits) did not fix this
+    in 12 steps: the HL's right-digit rate went 0.12 → 0.19-0.31 (HL lr 1e-3), 0.23 → 0.33-0.42 (HL lr 2e-3, solver
+    1e-5), and at HL lr 3e-3 the HL stopped writing digits while the solver learned the answers itself. So the cue rate
+    is printed, not asserted. The HL learning the cue is asserted in the frozen-solver test above.
 
-    Measured (12 steps, solver lr 1e-4), turn-3 accuracy 0.28 0.50 0.75 0.62 0.75 0.75 0.84 0.91 0.94 0.91 0.97 0.97
-    and 0.34 0.62 0.66 0.81 0.78 0.75 0.88 0.88 1.00 0.94 1.00 1.00; the solver's accuracy given a cue, pooled over
-    the cued rows of steps 1-3 and 10-12 (about 15-35 rows each), 0.42 → 0.82, 0.53 → 1.00 and 0.50 → 0.95. A step has
-    only 5-13 cued rows, too few to hold a per-step threshold (a per-step mean of 0.82 failed a 0.9 bound in CI).
+    Measured (12 steps, solver lr 1e-4, three runs): the given-cue probability 0.651 → 0.941, 0.928 and 0.935 (the
+    bound is 0.851); turn-3 accuracy 0.25 0.69 0.62 0.69 0.88 0.91 0.84 0.91 0.97 1.00 1.00 0.94,
+    0.25 0.62 0.66 0.81 0.84 0.97 1.00 0.94 0.97 1.00 1.00 0.97 and 0.19 0.56 0.66 0.72 0.75 0.97 0.97 0.94 0.91 1.00
+    1.00 1.00.
     """
     steps = 12
+    before = right_given_cue_probability(cue_ll_unsure)
     metrics = run_main(
         tmp_path / "run",
         [
@@ -102,21 +112,17 @@ def test_both_levels_update_and_the_solver_learns_under_the_default_schedule(cue
             f"data.val_files={cue_data[1]}",
             f"trainer.total_training_steps={steps}",
             "actor_rollout_ref.actor.optim.lr=1e-4",
-            *COMMON,
+            *[o for o in COMMON if not o.startswith("trainer.save_freq=")],
+            f"trainer.save_freq={steps}",
         ],
     )
     assert all("ll/pg_loss" in metrics[s] and "hl/pg_loss" in metrics[s] for s in metrics)  # (1, 1): both, every step
-    records = {s: trajectories(tmp_path / "run", s) for s in range(1, steps + 1)}
-    cue_rate = [np.mean([has_cue(r["feedback"]) for r in records[s]]) for s in range(1, steps + 1)]
+    records = [trajectories(tmp_path / "run", s) for s in range(1, steps + 1)]
+    cue_rate = [np.mean([has_cue(r["feedback"]) for r in step]) for step in records]
     r3 = [metrics[s]["train/acc@t3"] for s in range(1, steps + 1)]
-
-    def right_given_cue(window: range) -> float:
-        cued = [r["R3"] for s in window for r in records[s] if has_cue(r["feedback"])]
-        return float(np.mean(cued))
-
-    early, late = right_given_cue(range(1, 4)), right_given_cue(range(steps - 2, steps + 1))
+    after = right_given_cue_probability(export_checkpoint(str(tmp_path / "run"))["ll"])
     print("turn-3 accuracy:", " ".join(f"{v:.2f}" for v in r3))
     print("HL cue rate (not asserted, see the docstring):", " ".join(f"{v:.2f}" for v in cue_rate))
-    print(f"LL accuracy given a cue, steps 1-3 → {steps - 2}-{steps}: {early:.2f} → {late:.2f}")
+    print(f"LL probability of the right answer given a cue, before → after: {before:.3f} → {after:.3f}")
     assert np.mean(r3[-3:]) > np.mean(r3[:3]) + 0.3, r3
-    assert late > early + 0.25, (early, late)
+    assert after > before + 0.2, (before, after)
