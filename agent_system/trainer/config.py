@@ -49,6 +49,21 @@ STAGE_LISTS = ("beta_turn1", "beta_turn2", "beta_turn3", "alpha", "stage_ids")
 RENAMED_STAGE_KEYS = {"beta1": "beta_turn1", "beta2": "beta_turn1", "beta_l": "beta_turn3", "beta_h": "beta_turn2"}
 
 
+# verl 0.9.1's FSDP LoRA keys under <tree>.model and their defaults (HFModelConfig, checked against verl by
+# tests/unit/trainer/test_lora_on_cpu.py): each acts only when lora_rank > 0 (docs/CONFIG.md, "LoRA per level")
+LORA_KEY_DEFAULTS = {
+    "lora_alpha": 16,
+    "target_modules": "all-linear",
+    "exclude_modules": None,
+    "target_parameters": None,
+    "lora_adapter_path": None,
+}
+# verl's Megatron LoRA keys (<tree>.model.lora.*): the FSDP engine reads only lora.merge; lora.rank alone would start
+# vLLM with LoRA while the actor trains without an adapter
+MEGATRON_LORA_DEFAULTS = {"rank": 0, "dropout": 0.0}
+POLICY_MODEL_TREES = ("actor_rollout_ref", "hl", "critic", "hl_critic")
+
+
 class ConfigError(ValueError):
     """An invalid MLMT config; the message names the key and the fix."""
 
@@ -241,6 +256,7 @@ def validate_config(config: DictConfig) -> None:
     _reject_inert(config)
     _reject_inert_torch_compile(config)
     _reject_cannot_act(config)
+    _reject_inert_lora(config)
     from agent_system.methods.value_shaping.shaping import config_errors
 
     errors = config_errors(config)
@@ -445,6 +461,60 @@ def _reject_cannot_act(config: DictConfig) -> None:
             "greedy decoding writes m identical feedbacks per attempt, so every HL advantage is 0; set "
             "hl.rollout.temperature > 0, mlmt.m=1 with a non-group estimator, or another mlmt.hl.adv_estimator"
         )
+
+
+def _plain(value: object) -> object:
+    return OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
+
+
+def _reject_inert_lora(config: DictConfig) -> None:
+    """Reject LoRA keys that cannot act: verl's ``<tree>.model.{lora_alpha, target_modules, exclude_modules,
+    target_parameters, lora_adapter_path}`` set (to other than verl's default) with ``lora_rank`` 0, a negative
+    rank, the Megatron-only ``<tree>.model.lora.rank`` / ``lora.dropout`` under this project's FSDP engine, and
+    ``hl.model.lora_rank`` > 0 without an HL. Each error names the keys."""
+    errors = []
+    trees = POLICY_MODEL_TREES if has_hl(config) else ("actor_rollout_ref", "critic")
+    for tree in trees:
+        model = OmegaConf.select(config, f"{tree}.model", default=None)
+        if model is None:
+            continue
+        rank = model.get("lora_rank", 0) or 0
+        if rank < 0:
+            errors.append(f"{tree}.model.lora_rank={rank}: use 0 (full fine-tuning) or a rank >= 1 (LoRA)")
+            continue
+        set_keys = [
+            f"{tree}.model.{key}={_plain(model.get(key))!r}"
+            for key, default in LORA_KEY_DEFAULTS.items()
+            if _plain(model.get(key, default)) != default
+        ]
+        if rank == 0 and set_keys:
+            errors.append(
+                f"{', '.join(set_keys)} with {tree}.model.lora_rank=0: LoRA is off (verl builds no adapter), so they "
+                f"cannot act; set {tree}.model.lora_rank to the adapter's rank (the original's r 16) or unset them"
+            )
+        megatron = model.get("lora") or {}
+        inert = [
+            f"{tree}.model.lora.{key}={megatron.get(key)!r}"
+            for key, default in MEGATRON_LORA_DEFAULTS.items()
+            if megatron.get(key, default) != default
+        ]
+        if inert:
+            errors.append(
+                f"{', '.join(inert)}: verl's Megatron LoRA keys, not read by the FSDP engine this project trains "
+                f"with; use {tree}.model.lora_rank (FSDP LoRA has no dropout key in verl 0.9.1)"
+            )
+        if rank == 0 and megatron.get("merge", False):
+            errors.append(f"{tree}.model.lora.merge=true with {tree}.model.lora_rank=0: there is no adapter to merge")
+    if not has_hl(config):
+        for tree in ("hl", "hl_critic"):
+            rank = OmegaConf.select(config, f"{tree}.model.lora_rank", default=0) or 0
+            if rank:
+                errors.append(
+                    f"{tree}.model.lora_rank={rank} with mlmt.feedback={config.mlmt.feedback}: there is no feedback "
+                    "writer (HL), so its LoRA cannot act; unset it"
+                )
+    if errors:
+        raise ConfigError("; ".join(errors))
 
 
 def _reject_inert_torch_compile(config: DictConfig) -> None:

@@ -11,7 +11,10 @@ device holds, in bytes, as verl 0.9.1's FSDP engine and vLLM place it:
   (HSDP). ``param_offload`` keeps parameters and gradients on the host between uses, ``optimizer_offload`` the
   moments, ``offload_policy`` all three: those bytes are shown as host bytes. A frozen level (and the snapshot) is
   never updated: AdamW creates its moments at the first step and gradients appear at the first backward, so it holds
-  parameters only.
+  parameters only. With LoRA (``<tree>.model.lora_rank`` > 0) verl wraps the model in PEFT: the parameters are the
+  base's plus the adapter's (verl casts the adapter to the base's dtype), and only the adapter has gradients and
+  AdamW moments (the base's parameters do not require a gradient, and AdamW creates state only for parameters that
+  get one): :func:`trainable_parameters`.
 * **reference**: verl builds it ``forward_only`` and always offloads it to the host (``CPUOffload`` under ``fsdp``,
   ``CPUOffloadPolicy`` under ``fsdp2``); it uses no device memory between forwards (host bytes are shown).
 * **critic** (``gae`` / ``value_baseline`` on a level that trains): like the actor, from ``<critic>.fsdp`` and the
@@ -34,6 +37,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -115,9 +119,118 @@ class ModelShape:
         """Of verl's value model (``AutoModelForTokenClassification``, one label): a ``score`` head with a bias."""
         return self._body() + self.hidden + 1
 
+    def linear_layers(self) -> list[tuple[str, int, int]]:
+        """``(module name, in_features, out_features)`` of every linear layer of the causal LM, named as transformers
+        names them in Llama and Qwen2 (the names PEFT's ``target_modules`` match against); ``lm_head`` last."""
+        q, kv = self.heads * self.head_dim, self.kv_heads * self.head_dim
+        sizes = {
+            "self_attn.q_proj": (self.hidden, q),
+            "self_attn.k_proj": (self.hidden, kv),
+            "self_attn.v_proj": (self.hidden, kv),
+            "self_attn.o_proj": (q, self.hidden),
+            "mlp.gate_proj": (self.hidden, self.intermediate),
+            "mlp.up_proj": (self.hidden, self.intermediate),
+            "mlp.down_proj": (self.intermediate, self.hidden),
+        }
+        layers = [
+            (f"model.layers.{index}.{name}", fan_in, fan_out)
+            for index in range(self.layers)
+            for name, (fan_in, fan_out) in sizes.items()
+        ]
+        return [*layers, ("lm_head", self.hidden, self.vocab)]
+
+    def lora_parameters(self, rank: int, target_modules: object, exclude_modules: object = None, key: str = "") -> int:
+        """Parameters of a LoRA adapter of rank ``rank``: ``rank × (in_features + out_features)`` (A and B) for each
+        linear layer that ``target_modules`` selects and ``exclude_modules`` does not, selected as PEFT selects them:
+        ``"all-linear"`` is every linear layer but the output layer (``lm_head``); another string is a regular
+        expression matched against the whole module name; a list holds names matched as the whole name or its last
+        dotted parts.
+
+        Raises:
+            MemoryUnavailable: A listed name (or the expression) selects no linear layer of this decoder (PEFT
+                would refuse it, or the model is not Llama-shaped); the message names ``key``.
+        """
+        layers = self.linear_layers()
+        if isinstance(target_modules, str) and target_modules.lower() == "all-linear":
+            chosen = [layer for layer in layers if layer[0] != "lm_head"]
+        elif isinstance(target_modules, str):
+            chosen = [layer for layer in layers if re.fullmatch(target_modules, layer[0])]
+        else:
+            names = [str(name) for name in target_modules or []]
+            unmatched = [name for name in names if not any(_name_matches(layer[0], name) for layer in layers)]
+            if unmatched:
+                raise MemoryUnavailable(
+                    f"{key}.target_modules: {unmatched} name no linear layer of a Llama / Qwen2 decoder (the "
+                    "estimate knows q/k/v/o_proj, gate/up/down_proj and lm_head)"
+                )
+            chosen = [layer for layer in layers if any(_name_matches(layer[0], name) for name in names)]
+        if isinstance(exclude_modules, str):
+            chosen = [layer for layer in chosen if not re.fullmatch(exclude_modules, layer[0])]
+        elif exclude_modules:
+            chosen = [layer for layer in chosen if not any(_name_matches(layer[0], str(x)) for x in exclude_modules)]
+        if not chosen:
+            raise MemoryUnavailable(f"{key}.target_modules={target_modules!r} selects no linear layer of the model")
+        return sum(rank * (fan_in + fan_out) for _, fan_in, fan_out in chosen)
+
     def kv_bytes_per_token(self, element_bytes: int, tensor_parallel: int) -> int:
         """K and V of one token on one device of a replica (vLLM replicates kv heads when TP exceeds them)."""
         return 2 * self.layers * max(self.kv_heads // tensor_parallel, 1) * self.head_dim * element_bytes
+
+
+def _name_matches(module: str, name: str) -> bool:
+    return module == name or module.endswith(f".{name}")
+
+
+@dataclass(frozen=True)
+class Trainable:
+    """What a level's optimizer updates: the whole model, or a LoRA adapter over a frozen base."""
+
+    held: int  # parameters the actor holds (base + adapter with LoRA)
+    trained: int  # parameters with gradients and AdamW moments
+    lora: str  # "" for full fine-tuning, else e.g. "LoRA r 16, α 32, target_modules all-linear"
+
+
+def trainable_parameters(model: DictConfig, shape: ModelShape, key: str) -> Trainable:
+    """The parameters a policy built from ``model`` (``<tree>.model``, verl's keys) holds and trains.
+
+    ``lora_rank`` > 0: an adapter of that rank on ``target_modules`` minus ``exclude_modules`` (verl passes the three
+    to PEFT's ``LoraConfig``), or, with ``lora_adapter_path``, the rank and modules of that adapter's
+    ``adapter_config.json`` (verl loads it in place of a new one).
+
+    Raises:
+        MemoryUnavailable: The adapter cannot be counted (a ``lora_adapter_path`` without a local
+            ``adapter_config.json``, ``target_parameters``, a name that selects no linear layer).
+    """
+    rank = int(model.get("lora_rank", 0) or 0)
+    if rank <= 0:
+        return Trainable(held=shape.parameters, trained=shape.parameters, lora="")
+    settings = {
+        "r": rank,
+        "lora_alpha": model.get("lora_alpha"),
+        "target_modules": model.get("target_modules"),
+        "exclude_modules": model.get("exclude_modules"),
+    }
+    source = f"{key}.lora_rank"
+    if model.get("lora_adapter_path"):
+        adapter = Path(str(model.lora_adapter_path)).expanduser() / "adapter_config.json"
+        if not adapter.is_file():
+            raise MemoryUnavailable(f"{key}.lora_adapter_path={model.lora_adapter_path}: no adapter_config.json there")
+        saved = json.loads(adapter.read_text())
+        settings = {name: saved.get(name, settings[name]) for name in settings}
+        source = str(adapter)
+    if model.get("target_parameters"):
+        raise MemoryUnavailable(f"{key}.target_parameters: adapters on parameters are not counted by the estimate")
+    targets = settings["target_modules"]
+    targets = OmegaConf.to_container(targets) if OmegaConf.is_config(targets) else targets
+    exclude = settings["exclude_modules"]
+    exclude = OmegaConf.to_container(exclude) if OmegaConf.is_config(exclude) else exclude
+    adapter_parameters = shape.lora_parameters(int(settings["r"]), targets, exclude, key)
+    target_text = targets if isinstance(targets, str) else ",".join(targets)
+    return Trainable(
+        held=shape.parameters + adapter_parameters,
+        trained=adapter_parameters,
+        lora=f"LoRA r {settings['r']}, α {settings['lora_alpha']}, target_modules {target_text} (from {source})",
+    )
 
 
 def read_shape(path: str, key: str) -> ModelShape:
@@ -135,6 +248,8 @@ class LevelMemory:
     level: str  # ll, hl, snapshot
     model: str
     parameters: int
+    trained_parameters: int  # with gradients and AdamW moments: all, or a LoRA adapter's
+    lora: str  # "" for full fine-tuning
     ranks: int  # devices of the level
     shards: int  # FSDP shards of the actor's state (ranks, or fsdp_size when smaller)
     frozen: bool  # never updated: parameters only
@@ -207,13 +322,21 @@ def fsdp_shards(engine: DictConfig, ranks: int) -> int:
     return size if 0 < size < ranks else ranks
 
 
-def _trained_state(engine: DictConfig, key: str, parameters: int, ranks: int, trains: bool) -> dict:
-    """Device and host bytes of a trained model's parameters, gradients and AdamW moments under ``engine``."""
+def _trained_state(
+    engine: DictConfig, key: str, parameters: int, ranks: int, trains: bool, trained: int | None = None
+) -> dict:
+    """Device and host bytes of a trained model's parameters, gradients and AdamW moments under ``engine``;
+    ``trained`` of the ``parameters`` get gradients and moments (all when None; a LoRA adapter's otherwise)."""
     dtype = engine.get("model_dtype") or "fp32"
     size = dtype_bytes(dtype, f"{key}.model_dtype")
     shards = fsdp_shards(engine, ranks)
     shard = -(-size * parameters // shards)  # rounded up, as FSDP pads the last shard
-    state = {"parameters": shard, "gradients": shard if trains else 0, "optimizer": 2 * shard if trains else 0}
+    trained_shard = shard if trained is None else -(-size * trained // shards)
+    state = {
+        "parameters": shard,
+        "gradients": trained_shard if trains else 0,
+        "optimizer": 2 * trained_shard if trains else 0,
+    }
     policy = bool(engine.get("offload_policy", False))
     offloaded = {
         "parameters": policy or bool(engine.get("param_offload", False)),
@@ -244,8 +367,9 @@ def level_memory(
     tree = config[tree_name]
     shape = read_shape(tree.model.path, f"{tree_name}.model.path")
     ranks = level_ranks(config, level)
-    actor = _trained_state(tree.actor.fsdp_config, f"{tree_name}.actor.fsdp_config", shape.parameters, ranks,
-                           trains=not frozen)  # fmt: skip
+    trainable = trainable_parameters(tree.model, shape, f"{tree_name}.model")
+    actor = _trained_state(tree.actor.fsdp_config, f"{tree_name}.actor.fsdp_config", trainable.held, ranks,
+                           trains=not frozen, trained=trainable.trained)  # fmt: skip
     reference_host = 0
     if reference:
         ref_engine = tree.ref.fsdp_config
@@ -285,6 +409,8 @@ def level_memory(
         level=level,
         model=str(tree.model.path),
         parameters=shape.parameters,
+        trained_parameters=0 if frozen else trainable.trained,
+        lora=trainable.lora,
         ranks=ranks,
         shards=actor["shards"],
         frozen=frozen,
@@ -455,9 +581,14 @@ def render_memory(plan: MemoryPlan) -> list[str]:
             else f"KV cache {gib(level.kv_cache)} GiB = {level.kv_tokens:,} tokens = {level.kv_sequences} sequences "
             f"of max_model_len={level.max_model_len} per replica"
         )
+        lora = (
+            f"; {level.lora}: gradients and AdamW for its {level.trained_parameters:,} adapter parameters only"
+            if level.lora
+            else ""
+        )
         lines += [
             f"- {name}: {level.parameters / 1e9:.2f}B parameters, FSDP over {level.shards} of {level.ranks} rank(s), "
-            f"{level.actor_dtype}",
+            f"{level.actor_dtype}{lora}",
             f"  - actor: {state} GiB{host}",
             f"  - reference: {reference}; critic: {critic}",
             f"  - vLLM: {budget}; weights {gib(level.vllm_weights)} GiB; {capacity} "

@@ -1,7 +1,8 @@
 """The pre-flight run plan: what each level of a run will get, computed from the config and the data before any
 worker starts, and checked against what the run did when it ends.
 
-The plan gives, per level: the steps it is updated on and how many; the lr verl's scheduler gives it at its first
+The plan gives, per level: the steps it is updated on and how many; its trainable parameters (all, or a LoRA
+adapter's, counted from the model's ``config.json``); the lr verl's scheduler gives it at its first
 update, its peak and its last update; its rows, token budget, effective mini-batch size and optimizer steps per
 update; its reference model and critic, and whether it is frozen; the samples it generates per step. For the run: the
 stage periods with the β and α acting on each turn, the checkpoint and validation steps, and the GPU memory of each
@@ -29,7 +30,9 @@ from agent_system.trainer.memory_estimate import (
     MemoryUnavailable,
     device_memory,
     memory_plan,
+    read_shape,
     render_memory,
+    trainable_parameters,
 )
 from agent_system.trainer.policy import mini_batch_size
 from agent_system.trainer.schedule import update_steps
@@ -70,6 +73,9 @@ class LevelPlan:
     level: str
     model: str
     frozen: bool
+    parameters: int | None  # of the model, from its config.json (None: not counted, see tuning)
+    trainable_parameters: int | None  # updated by its optimizer: all, a LoRA adapter's, 0 when frozen
+    tuning: str  # "full fine-tuning", the LoRA settings, or why the parameters are not counted
     update_steps: list[int]
     updates: int
     update_steps_text: str
@@ -270,6 +276,23 @@ def level_rows(config: DictConfig, level: str) -> int:
     return attempts if mlmt.feedback == "none" else attempts * (1 + mlmt.m)
 
 
+def level_trainable(config: DictConfig, level: str, frozen: bool) -> tuple[int | None, int | None, str]:
+    """``(parameters, trainable parameters, tuning)`` of ``level``'s policy, from its model's ``config.json`` and
+    verl's LoRA keys (``<tree>.model.lora_rank``, ``lora_alpha``, ``target_modules``, ``exclude_modules``): no
+    weights are loaded. Full fine-tuning trains every parameter; LoRA, ``rank × (in + out)`` per targeted linear
+    layer (:meth:`~agent_system.trainer.memory_estimate.ModelShape.lora_parameters`)."""
+    tree = POLICY_TREES[level]
+    model = config[tree].model
+    try:
+        shape = read_shape(model.path, f"{tree}.model.path")
+        trainable = trainable_parameters(model, shape, f"{tree}.model")
+    except MemoryUnavailable as error:
+        lora = int(model.get("lora_rank", 0) or 0) > 0
+        return None, None, f"{'LoRA' if lora else 'full fine-tuning'}; parameters not counted: {error}"
+    tuning = trainable.lora or "full fine-tuning"
+    return shape.parameters, 0 if frozen else trainable.trained, tuning
+
+
 def mini_batch_notices(config: DictConfig) -> list[tuple[str, int, int, int]]:
     """``(key, setting, effective size, rows)`` for each optimizer whose mini-batch size is cut to a divisor."""
     found = []
@@ -332,10 +355,14 @@ def build_plan(config: DictConfig, train_rows: int, val_rows: int | None) -> Run
             reference += f" (β·KL in the {mlmt.stages.kl_in})"
         else:
             reference = "none (no β > 0 and no actor.use_kl_loss)"
+        parameters, trainable, tuning = level_trainable(config, level, frozen[level])
         levels[level] = LevelPlan(
             level=level,
             model=str(tree.model.path),
             frozen=frozen[level],
+            parameters=parameters,
+            trainable_parameters=trainable,
+            tuning=tuning,
             update_steps=steps[level],
             updates=count,
             update_steps_text=compress_steps(steps[level]),
@@ -415,6 +442,15 @@ def _lr_text(lr: LrPlan | None) -> str:
     return text if lr.completed else text + " — SCHEDULE NOT COMPLETED (horizon set by the user?)"
 
 
+def _trainable_text(level: LevelPlan) -> str:
+    if level.parameters is None:
+        return level.tuning
+    if level.frozen:
+        return f"none of {level.parameters:,} (frozen; {level.tuning})"
+    share = 100 * level.trainable_parameters / level.parameters
+    return f"{level.trainable_parameters:,} of {level.parameters:,} ({share:.3g} %, {level.tuning})"
+
+
 def render_markdown(plan: RunPlan) -> str:
     """The plan as a short Markdown page (also what is logged)."""
     lines = [
@@ -431,6 +467,7 @@ def render_markdown(plan: RunPlan) -> str:
         lines += [
             f"## {level.level.upper()} ({level.model}){' — FROZEN' if level.frozen else ''}",
             f"- updated on {level.updates} steps: {level.update_steps_text}",
+            f"- trainable parameters: {_trainable_text(level)}",
             f"- lr: {_lr_text(level.lr)}",
             f"- reference: {level.reference}",
             f"- critic: {level.critic}" + (f"; lr: {_lr_text(level.critic_lr)}" if level.critic_lr else ""),

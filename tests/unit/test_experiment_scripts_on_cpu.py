@@ -21,6 +21,8 @@ from agent_system.trainer.config import compose_config, validate_config
 
 REPO = Path(__file__).resolve().parents[2]
 LLAMA = "meta-llama/Llama-3.2-1B-Instruct"
+LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+MODELS = {"math/HLT_LLT_RR_1_10_LoRA.sh": "meta-llama/Llama-3.2-3B-Instruct"}  # script -> its default model
 
 # script -> the key values that make it that run (besides the models and data checked for all)
 EXPECTED = {
@@ -31,6 +33,22 @@ EXPECTED = {
     "math/HLT_LLT_RR_5_20.sh": {"mlmt.schedule.tH": 5, "mlmt.schedule.tL": 20, "rollout.temperature": 1.0},
     "math/HLF_LLT_RR_1_1.sh": {"mlmt.hl.freeze": True, "mlmt.ll.freeze": False},
     "math/HLT_LLF_RR_1_1.sh": {"mlmt.ll.freeze": True, "mlmt.hl.freeze": False, "mlmt.stages.schedule": [0]},
+    "math/HLT_LLT_RR_1_10_LoRA.sh": {
+        "mlmt.schedule.tH": 1,
+        "mlmt.schedule.tL": 10,
+        "trainer.total_training_steps": 500,
+        "rollout.temperature": 1.0,
+        "data.train_batch_size": 64,
+        "actor_rollout_ref.actor.ppo_mini_batch_size": 64,
+        "hl.actor.ppo_mini_batch_size": 64,
+        "actor_rollout_ref.actor.optim.lr": 1e-6,
+        "hl.actor.optim.lr": 1e-6,
+        **{
+            f"{tree}.model.{key}": value
+            for tree in ("actor_rollout_ref", "hl")
+            for key, value in (("lora_rank", 16), ("lora_alpha", 32), ("target_modules", LORA_TARGETS))
+        },
+    },
     "math/HLT_LLT_GRPO_1_1.sh": {
         "mlmt.ll.adv_estimator": "grpo",
         "mlmt.hl.adv_estimator": "grpo",
@@ -100,7 +118,7 @@ def test_script_composes_its_run(script, tmp_path, monkeypatch):
     overrides = _script_argv(script, tmp_path)
     config = compose_config(overrides)
     validate_config(config)
-    assert config.actor_rollout_ref.model.path == config.hl.model.path == LLAMA
+    assert config.actor_rollout_ref.model.path == config.hl.model.path == MODELS.get(script, LLAMA)
     data = "math" if script.startswith("math/") else "mbpp"
     assert config.data.train_files.startswith(f"data/{data}/")
     for key, value in _expected(script).items():
