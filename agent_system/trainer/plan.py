@@ -483,8 +483,8 @@ def render_markdown(plan: RunPlan) -> str:
         period = f"steps {stage.first_step}-{stage.last_step}" if stage.reached else "NEVER REACHED"
         lines.append(
             f"- stage {stage.index} (SCoRe stage {'I' if stage.stage_id == 1 else 'II'}), {period}: turn 1 "
-            f"{'R1' if stage.turn1_task_reward else 'no task reward'} − β {stage.beta_turn1}·KL; turn 2 β_H "
-            f"{stage.beta_turn2}; turn 3 R3 + α {stage.alpha}·(R3 − R1) − β_L {stage.beta_turn3}·KL"
+            f"{'R1' if stage.turn1_task_reward else 'no task reward'} − β {stage.beta_turn1}·KL; turn 2 feedback − β "
+            f"{stage.beta_turn2}·KL; turn 3 R3 + α {stage.alpha}·(R3 − R1) − β {stage.beta_turn3}·KL"
         )
     lines += [
         "",
