@@ -31,6 +31,7 @@ import importlib.util
 import logging
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
@@ -271,10 +272,46 @@ def platform_already_resolved() -> str | None:
 # --------------------------------------------------------------------------------------------------------------------
 
 
-def merge_fsdp_checkpoint(local_dir: str, target_dir: str) -> str:
-    """Merge a verl FSDP actor checkpoint folder into a Hugging Face model folder with verl's model merger."""
+@dataclass(frozen=True)
+class MergedCheckpoint:
+    """What :func:`merge_fsdp_checkpoint` wrote: ``folder``; ``adapter``, verl's PEFT adapter folder of a LoRA actor
+    (else None); ``base_weights``, whether ``folder`` holds model weights (False for an adapters-only checkpoint)."""
+
+    folder: str
+    adapter: str | None
+    base_weights: bool
+
+
+def merge_fsdp_checkpoint(local_dir: str, target_dir: str) -> MergedCheckpoint:
+    """Merge a verl FSDP actor checkpoint folder into a Hugging Face model folder with verl's model merger.
+
+    * full fine-tuning: ``target_dir`` is the trained model;
+    * LoRA (``model.lora_rank`` > 0): ``target_dir`` holds the base weights without the adapter (verl strips the
+      ``lora_`` tensors and renames ``base_layer`` back), and ``target_dir/lora_adapter`` the adapter as a PEFT
+      folder (``adapter_config.json`` from ``lora_train_meta.json``, ``adapter_model.safetensors``);
+    * adapters only (``actor.checkpoint.save_lora_only``, no base weights in the shards): only
+      ``target_dir/lora_adapter``. verl's merger would write the adapter and then fail its check of a complete model
+      folder; here the adapter is all it writes.
+
+    Every tensor is bfloat16, as verl's merger casts them.
+    """
     base = importlib.import_module("verl.model_merger.base_model_merger")
     merger_cls = importlib.import_module("verl.model_merger.fsdp_model_merger").FSDPModelMerger
+    manager_cls = importlib.import_module("verl.utils.checkpoint.checkpoint_manager").BaseCheckpointManager
+    wrote = {"adapter": None, "base_weights": True}
+
+    class Merger(merger_cls):
+        def save_lora_adapter(self, state_dict: dict) -> str | None:
+            wrote["adapter"] = super().save_lora_adapter(state_dict)
+            return wrote["adapter"]
+
+        def save_hf_model_and_tokenizer(self, state_dict: dict) -> None:
+            if manager_cls.is_lora_only_state_dict(state_dict):  # verl's own test for an adapters-only checkpoint
+                wrote["base_weights"] = False
+                self.save_lora_adapter(state_dict)
+                return
+            super().save_hf_model_and_tokenizer(state_dict)
+
     config = base.ModelMergerConfig(
         operation="merge",
         backend="fsdp",
@@ -282,8 +319,8 @@ def merge_fsdp_checkpoint(local_dir: str, target_dir: str) -> str:
         target_dir=target_dir,
         hf_model_config_path=f"{local_dir}/huggingface",
     )
-    merger_cls(config).merge_and_save()
-    return target_dir
+    Merger(config).merge_and_save()
+    return MergedCheckpoint(folder=target_dir, **wrote)
 
 
 # --------------------------------------------------------------------------------------------------------------------

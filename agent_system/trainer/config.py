@@ -505,6 +505,11 @@ def _reject_inert_lora(config: DictConfig) -> None:
             )
         if rank == 0 and megatron.get("merge", False):
             errors.append(f"{tree}.model.lora.merge=true with {tree}.model.lora_rank=0: there is no adapter to merge")
+        if rank == 0 and OmegaConf.select(config, f"{tree}.actor.checkpoint.save_lora_only", default=False):
+            errors.append(
+                f"{tree}.actor.checkpoint.save_lora_only=true with {tree}.model.lora_rank=0: there is no adapter, "
+                "so verl would save the whole model; unset it or set the rank"
+            )
     if not has_hl(config):
         for tree in ("hl", "hl_critic"):
             rank = OmegaConf.select(config, f"{tree}.model.lora_rank", default=0) or 0

@@ -36,7 +36,8 @@ def base():
 def _edit(base, settings: dict):
     config = copy.deepcopy(base)
     for key, value in settings.items():
-        OmegaConf.update(config, key, yaml.safe_load(value) if isinstance(value, str) else value, merge=False)
+        value = yaml.safe_load(value) if isinstance(value, str) else value
+        OmegaConf.update(config, key, value, merge=False, force_add=True)
     return config
 
 
@@ -155,11 +156,13 @@ REJECTED = [
     ({"actor_rollout_ref.model.lora.rank": 16}, ["actor_rollout_ref.model.lora.rank=16"]),
     ({"hl.model.lora.merge": True}, ["hl.model.lora.merge=true"]),
     ({"mlmt.feedback": "self", "hl.model.lora_rank": 16}, ["hl.model.lora_rank=16", "mlmt.feedback=self"]),
+    ({"hl.actor.checkpoint.save_lora_only": True}, ["hl.actor.checkpoint.save_lora_only=true", "lora_rank=0"]),
 ]
 ACCEPTED = [
     {"actor_rollout_ref.model.lora_rank": 16, "actor_rollout_ref.model.lora_alpha": 32},
     {"hl.model.lora_rank": 16, "hl.model.lora_alpha": 32, "hl.model.target_modules": "[" + ",".join(ALL_SEVEN) + "]"},
     {"actor_rollout_ref.model.lora_rank": 8, "hl.model.lora_rank": 8, "hl.model.lora.merge": True},
+    {"hl.model.lora_rank": 8, "hl.actor.checkpoint.save_lora_only": True},
 ]
 
 
