@@ -334,7 +334,7 @@ def _train(config: DictConfig, run_console) -> dict:
         with run_console.training():
             summary = trainer.fit()
     finally:
-        STOP_REQUEST.uninstall()
+        STOP_REQUEST.release()
         if trainer is not None:
             trainer.reward_pool.close()
         if started_ray:

@@ -58,3 +58,29 @@ def test_a_repeated_warning_is_ignored_and_a_repeated_term_ends_the_process():
     assert "alive after a SIGTERM" in result.stdout  # a different signal keeps the request
     assert "alive after two SIGTERM" not in result.stdout
     assert result.returncode == -signal.SIGTERM
+
+
+def test_after_a_stop_request_a_warning_during_shutdown_does_not_end_the_process():
+    """The trainer released its handlers before the reward pool and Ray shut down: a SIGUSR1 in that window took its
+    default action, the trainer ended with 138 instead of 75, and the Slurm test's job failed instead of requeueing."""
+    script = textwrap.dedent(
+        """
+        import os, signal, sys
+        from agent_system.trainer.stop_request import EXIT_STOPPED, StopRequest
+        stop = StopRequest().install()
+        os.kill(os.getpid(), signal.SIGUSR1)
+        stop.release()
+        os.kill(os.getpid(), signal.SIGUSR1)
+        print("alive after a SIGUSR1 during shutdown", flush=True)
+        sys.exit(EXIT_STOPPED)
+        """
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert "alive after a SIGUSR1 during shutdown" in result.stdout, result.stdout + result.stderr
+    assert result.returncode == 75
+
+
+def test_release_without_a_request_restores_the_handlers():
+    before = signal.getsignal(signal.SIGUSR1)
+    StopRequest().install().release()
+    assert signal.getsignal(signal.SIGUSR1) == before
