@@ -1,13 +1,11 @@
 """The method learns at both levels (issue 8): the cue task (cue_task.py) through `python -m verl.trainer.main_mlmt`.
 
-* **The HL learns to help**, with the solver frozen (``mlmt.ll.freeze=true``) and with both levels updating every
-  step. The solver answers right only when the feedback contains a digit; the feedback writer starts from random
-  weights. Its reward R3 must rise from its starting rate (about 0.25; asserted in [0.1, 0.5]) to >= 0.8, and its
-  cue rate to >= 0.8.
+* **The HL learns to help.** The solver is frozen (``mlmt.ll.freeze=true``) and answers right only when the feedback
+  contains a digit; the feedback writer starts from random weights. Its reward R3 must rise from its starting rate
+  (about 0.25; asserted in [0.1, 0.5]) to >= 0.8.
 * **Both levels at once** under the default (tH, tL) = (1, 1) schedule (both levels every step): the solver starts
   right with probability 0.65 when cued; turn-3 accuracy must rise, and that probability by at least 0.2. The
-  feedback writer does not learn reliably in this run, where the solver can learn to answer without the cue (see
-  the test's docstring).
+  feedback writer does not learn reliably in this run (see the test's docstring).
 """
 
 from __future__ import annotations
@@ -41,20 +39,12 @@ COMMON = [
 ]
 
 
-@pytest.mark.parametrize("schedule", ["ll_frozen", "joint"])
-def test_feedback_writer_learns_to_emit_the_cue(schedule, cue_ll_sure, cue_hl, cue_data, tmp_path):
-    """HL GRPO over the m = 8 feedbacks on each attempt: R3 goes from ~0.25 to >= 0.8 and the cue rate to >= 0.8.
+def test_feedback_writer_learns_to_emit_the_cue(cue_ll_sure, cue_hl, cue_data, tmp_path):
+    """HL GRPO over the m = 8 feedbacks on each attempt, LL frozen: R3 goes from ~0.25 to >= 0.8.
 
-    ``ll_frozen``: the solver is frozen (``mlmt.ll.freeze=true``). ``joint``: both levels update on every step (the
-    default (1, 1) schedule, solver lr 1e-4). The solver was fine-tuned to answer right whenever cued and never
-    otherwise, so it almost never samples a right answer without a cue and cannot learn one: the feedback keeps
-    mattering while it trains, and the feedback writer's own learning is what the test sees.
+    Measured (12 steps, fixed seeds): R3 per step 0.38 0.31 0.53 0.66 0.91 0.97 1.00 1.00 0.97 1.00 1.00 1.00.
 
-    Measured (``ll_frozen``, 12 steps, fixed seeds): R3 per step 0.38 0.31 0.53 0.66 0.91 0.97 1.00 1.00 0.97 1.00 1.00
-    1.00.
-
-    Deliberate breaks (``ll_frozen``), each run once (12 steps, same seeds) on a copy of the code while writing this
-    test:
+    Deliberate breaks, each run once (12 steps, same seeds) on a copy of the code while writing this test:
 
     * HL advantages negated: R3 0.38 0.41 0.12 0.16 0.03 ... 0.03 (last-3 mean 0.03): fails.
     * HL weight sync skipped: R3 0.38 0.38 0.34 0.44 0.28 ... 0.25 (0.30): fails; the HL's rollout/actor log-prob
@@ -64,7 +54,6 @@ def test_feedback_writer_learns_to_emit_the_cue(schedule, cue_ll_sure, cue_hl, c
       on this task, so grouping is checked by the unit tests (test_advantages_on_cpu.py: group keys) instead.
     """
     steps = 10
-    frozen = schedule == "ll_frozen"
     metrics = run_main(
         tmp_path / "run",
         [
@@ -73,25 +62,19 @@ def test_feedback_writer_learns_to_emit_the_cue(schedule, cue_ll_sure, cue_hl, c
             f"data.train_files={cue_data[0]}",
             f"data.val_files={cue_data[1]}",
             f"trainer.total_training_steps={steps}",
-            *(["mlmt.ll.freeze=true", "actor_rollout_ref.actor.optim.lr=1e-3"] if frozen else []),
-            *([] if frozen else ["actor_rollout_ref.actor.optim.lr=1e-4"]),
+            "mlmt.ll.freeze=true",
+            "actor_rollout_ref.actor.optim.lr=1e-3",
             *COMMON,
         ],
     )
     r3 = [metrics[s]["train/acc@t3"] for s in range(1, steps + 1)]
-    records = [trajectories(tmp_path / "run", s) for s in (1, steps)]
-    cue_rate = [np.mean([has_cue(r["feedback"]) for r in step]) for step in records]
-    uncued = [r["R3"] for r in records[1] if not has_cue(r["feedback"])]
     print("HL reward (R3) per step:", " ".join(f"{v:.2f}" for v in r3))
-    print(
-        f"HL cue rate, step 1 → {steps}: {cue_rate[0]:.2f} → {cue_rate[1]:.2f}; R3 without a cue at step {steps}:",
-        f"{np.mean(uncued):.2f} of {len(uncued)}" if uncued else "no such row",
-    )
-    assert all(("ll/pg_loss" in metrics[s]) != frozen and "hl/pg_loss" in metrics[s] for s in metrics)
+    assert all("ll/pg_loss" not in metrics[s] and "hl/pg_loss" in metrics[s] for s in metrics)
     assert 0.1 <= r3[0] <= 0.5, r3
     assert np.mean(r3[-3:]) >= 0.8, r3
     for s in range(2, steps + 1):  # the HL's server samples with the weights it was just updated to
         assert metrics[s]["hl/rollout_actor_logprob_diff_max"] < 1e-3, (s, metrics[s])
+    cue_rate = [np.mean([has_cue(r["feedback"]) for r in trajectories(tmp_path / "run", s)]) for s in (1, steps)]
     assert cue_rate[1] >= 0.8 > cue_rate[0], cue_rate  # the feedback writer learned to give the cue
 
 
@@ -110,9 +93,11 @@ def test_both_levels_update_and_the_solver_learns_under_the_default_schedule(cue
     accuracy without a cue rose from 0.19-0.35 to 0.73-0.81 at the lower rates. A copy task with three problems
     (the solver fine-tuned to copy the feedback's digit, the HL to write a random one of five digits) did not fix this
     in 12 steps: the HL's right-digit rate went 0.12 → 0.19-0.31 (HL lr 1e-3), 0.23 → 0.33-0.42 (HL lr 2e-3, solver
-    1e-5), and at HL lr 3e-3 the HL stopped writing digits while the solver learned the answers itself. So the cue rate
-    is printed, not asserted here. The HL learning the cue under joint training is asserted above
-    (``test_feedback_writer_learns_to_emit_the_cue[joint]``), with a solver that cannot learn to answer uncued.
+    1e-5), and at HL lr 3e-3 the HL stopped writing digits while the solver learned the answers itself. Nor did the
+    frozen-solver test's solver (fine-tuned to answer only when cued) keep the feedback necessary when it trained too
+    (10 steps, solver lr 1e-4): R3 rose 0.38 → 0.94, but at step 10 it answered right on all 13 uncued rows, and the
+    cue rate went only 0.31 → 0.59. So the cue rate is printed, not asserted. The HL learning the cue is asserted in
+    the frozen-solver test above.
 
     Measured (12 steps, solver lr 1e-4, three runs): the given-cue probability 0.651 → 0.941, 0.928 and 0.935 (the
     bound is 0.851); turn-3 accuracy 0.25 0.69 0.62 0.69 0.88 0.91 0.84 0.91 0.97 1.00 1.00 0.94,
