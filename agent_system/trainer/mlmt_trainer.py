@@ -156,7 +156,7 @@ class MLMTTrainer:
                 logger.warning("%s: stopped after step %d of %d with a checkpoint", stop.signal_name, step, total)
                 break
         stopped_at = self.global_step if stop.requested and self.global_step < total else None
-        stop.uninstall()
+        stop.release()  # after a stop, a repeated warning must not end the process before it exits 75
         plot = plot_history(self.history, self.out_dir / "mlmt_progress.png")
         run_plan.check_run(self.plan, self.config, self.history, self.global_step)  # PlanMismatch on a difference
         return {

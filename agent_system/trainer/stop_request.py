@@ -50,9 +50,10 @@ class StopRequest:
 
     def release(self) -> None:
         """End of a run: :meth:`uninstall`, except that after a stop request SIGUSR1 stays ignored until the process
-        exits. Between the checkpoint and the exit (the reward pool, Ray's shutdown) a repeated warning, Slurm's own
-        after a manual one or the batch script forwarding both, would otherwise take SIGUSR1's default action and end
-        the trainer with status 138 instead of :data:`EXIT_STOPPED`, and the job would fail instead of requeueing."""
+        exits. Between the checkpoint and the exit (the progress plot, the plan check, the reward pool, Ray's
+        shutdown) a repeated warning, Slurm's own after a manual one or the batch script forwarding both, would
+        otherwise take SIGUSR1's default action and end the trainer with status 138 instead of
+        :data:`EXIT_STOPPED`, and the job would fail instead of requeueing."""
         stopping = self.requested
         self.uninstall()
         if stopping and threading.current_thread() is threading.main_thread():
