@@ -335,6 +335,20 @@ def reference_needed(config: DictConfig) -> dict[str, bool]:
     }
 
 
+def lora_rank(model: DictConfig) -> int:
+    """The LoRA rank of a ``<tree>.model`` node (0: full fine-tuning)."""
+    return int(model.get("lora_rank", 0) or 0)
+
+
+def reference_in_actor(config: DictConfig) -> dict[str, bool]:
+    """Per level: whether its reference is its own actor with the LoRA adapter switched off, as verl's trainer does
+    (``ref_in_actor``): a level that needs a reference (:func:`reference_needed`) and trains a LoRA adapter has the
+    base model as its reference, with no second copy of the model."""
+    needed = reference_needed(config)
+    trees = {"ll": "actor_rollout_ref", "hl": "hl"}
+    return {level: needed[level] and lora_rank(config[tree].model) > 0 for level, tree in trees.items()}
+
+
 def critic_levels(config: DictConfig) -> tuple[str, ...]:
     """The levels that get a value model (verl's critic): those whose estimator reads one (``gae``, or
     ``value_baseline`` whose V also shapes the HL's ``value_shaped`` reward) and that train.
@@ -422,6 +436,13 @@ def _check_ref_refresh(config: DictConfig) -> None:
         )
     if config.mlmt.ll.freeze:
         raise ConfigError(f"mlmt.ll.ref_refresh_freq={freq} with mlmt.ll.freeze=true: the actor never changes")
+    if reference_in_actor(config)["ll"]:
+        raise ConfigError(
+            f"mlmt.ll.ref_refresh_freq={freq} with actor_rollout_ref.model.lora_rank="
+            f"{lora_rank(config.actor_rollout_ref.model)}: with LoRA the LL's reference is its base model with the "
+            "adapter switched off (no second copy), which a refresh cannot move; use full fine-tuning (lora_rank=0) "
+            "or no refresh"
+        )
 
 
 def _reject_cannot_act(config: DictConfig) -> None:
@@ -478,7 +499,7 @@ def _reject_inert_lora(config: DictConfig) -> None:
         model = OmegaConf.select(config, f"{tree}.model", default=None)
         if model is None:
             continue
-        rank = model.get("lora_rank", 0) or 0
+        rank = lora_rank(model)
         if rank < 0:
             errors.append(f"{tree}.model.lora_rank={rank}: use 0 (full fine-tuning) or a rank >= 1 (LoRA)")
             continue

@@ -16,7 +16,8 @@ device holds, in bytes, as verl 0.9.1's FSDP engine and vLLM place it:
   AdamW moments (the base's parameters do not require a gradient, and AdamW creates state only for parameters that
   get one): :func:`trainable_parameters`.
 * **reference**: verl builds it ``forward_only`` and always offloads it to the host (``CPUOffload`` under ``fsdp``,
-  ``CPUOffloadPolicy`` under ``fsdp2``); it uses no device memory between forwards (host bytes are shown).
+  ``CPUOffloadPolicy`` under ``fsdp2``); it uses no device memory between forwards (host bytes are shown). A LoRA
+  level has none: its reference is the actor with the adapter switched off.
 * **critic** (``gae`` / ``value_baseline`` on a level that trains): like the actor, from ``<critic>.fsdp`` and the
   critic model's ``config.json`` (a token-classification head of one label instead of the LM head).
 * **vLLM**: ``rollout.gpu_memory_utilization × device memory`` per device of a replica, holding the weights
@@ -489,7 +490,8 @@ def device_memory(config: DictConfig) -> tuple[int | None, str]:
 def memory_plan(config: DictConfig, device: int | None, device_source: str, reference: dict[str, bool]) -> MemoryPlan:
     """Each level's :class:`LevelMemory` and the per-device sums of the run's placement (module docstring).
 
-    ``reference`` is ``main.reference_needed(config)``.
+    ``reference``: per level, whether its workers hold a reference model of their own (``config.reference_needed``
+    except the levels whose reference is the actor with its LoRA adapter off, ``config.reference_in_actor``).
 
     Raises:
         MemoryUnavailable: A model folder has no ``config.json``.

@@ -319,13 +319,13 @@ def build_plan(config: DictConfig, train_rows: int, val_rows: int | None) -> Run
 
     Call it after ``main.set_schedule_horizon`` (the optimizers' horizons are read from ``config``).
     """
-    from agent_system.trainer.config import reference_needed
+    from agent_system.trainer.config import reference_in_actor, reference_needed
 
     mlmt, data = config.mlmt, config.data
     total = run_steps(config, train_rows)
     steps = level_update_steps(config, total)
     frozen = frozen_levels(config)
-    use_ref = reference_needed(config)
+    use_ref, base_ref = reference_needed(config), reference_in_actor(config)
     attempts = data.train_batch_size * mlmt.n
     refinements = attempts * mlmt.m if mlmt.feedback != "none" else 0
     reward = mlmt.reward
@@ -347,11 +347,14 @@ def build_plan(config: DictConfig, train_rows: int, val_rows: int | None) -> Run
         count = len(steps[level])
         sections = optimizer_sections(config, level)
         if use_ref[level]:
-            reference = "initial weights" + (
-                f", refreshed from the actor every {mlmt.ll.ref_refresh_freq} steps"
-                if level == "ll" and mlmt.ll.ref_refresh_freq
-                else ""
-            )
+            if base_ref[level]:
+                reference = "the base model: the actor with its LoRA adapter switched off (no second copy)"
+            else:
+                reference = "initial weights" + (
+                    f", refreshed from the actor every {mlmt.ll.ref_refresh_freq} steps"
+                    if level == "ll" and mlmt.ll.ref_refresh_freq
+                    else ""
+                )
             reference += f" (β·KL in the {mlmt.stages.kl_in})"
         else:
             reference = "none (no β > 0 and no actor.use_kl_loss)"
@@ -413,7 +416,8 @@ def build_plan(config: DictConfig, train_rows: int, val_rows: int | None) -> Run
     device, device_source = device_memory(config)
     memory, memory_unavailable = None, ""
     try:
-        memory = memory_plan(config, device, device_source, use_ref)
+        copies = {level: use_ref[level] and not base_ref[level] for level in use_ref}
+        memory = memory_plan(config, device, device_source, copies)
     except MemoryUnavailable as error:
         memory_unavailable = str(error)
     return RunPlan(

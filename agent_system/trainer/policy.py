@@ -34,6 +34,7 @@ from verl import DataProto
 
 from agent_system import verl_compat as vc
 from agent_system.trainer.balance import Balance, balanced_order, canonical_order
+from agent_system.trainer.config import lora_rank
 
 logger = logging.getLogger(__name__)
 
@@ -59,12 +60,21 @@ class PolicyGroup:
     @staticmethod
     def worker_class(view: DictConfig, use_ref: bool, actor_class: type | None = None) -> Any:
         """``RayClassWithInitArgs`` of this level's worker: ``actor_class`` (a method's subclass, from
-        ``Extension.actor_class``) or the project's ``turn_kl.ActorWorker`` (verl's worker + per-turn KL loss)."""
+        ``Extension.actor_class``) or the project's ``turn_kl.ActorWorker`` (verl's worker + per-turn KL loss).
+
+        A LoRA level builds no reference model: its reference is the actor with the adapter off
+        (:attr:`ref_in_actor`)."""
         from agent_system.trainer.turn_kl import ActorWorker
 
-        role = "actor_rollout_ref" if use_ref else "actor_rollout"
+        role = "actor_rollout_ref" if use_ref and not lora_rank(view.actor_rollout_ref.model) else "actor_rollout"
         cls = actor_class or ActorWorker
         return vc.RayClassWithInitArgs(cls=ray.remote(cls), config=view.actor_rollout_ref, role=role)
+
+    @property
+    def ref_in_actor(self) -> bool:
+        """Whether the reference log-probs come from the actor with its LoRA adapter switched off (the base model,
+        verl's ``no_lora_adapter``) rather than from a second copy of the model."""
+        return self.use_ref and lora_rank(self.config.model) > 0
 
     @property
     def turn_kl_loss(self) -> bool:
@@ -165,10 +175,14 @@ class PolicyGroup:
         return log_probs.float()[rows], entropy.float()[rows]
 
     def compute_ref_log_prob(self, batch: DataProto) -> torch.Tensor:
-        """Reference-model log-probs of the responses, (B, R)."""
+        """Reference-model log-probs of the responses, (B, R): the base model's for a LoRA level."""
         ranked, rows, _ = for_ranks(batch, self.world_size)
-        td = self._to_tensordict(ranked, calculate_entropy=False, compute_loss=False)
-        output = self.worker_group.compute_ref_log_prob(td)
+        if self.ref_in_actor:
+            td = self._to_tensordict(ranked, calculate_entropy=False, compute_loss=False, no_lora_adapter=True)
+            output = self.worker_group.compute_log_prob(td)
+        else:
+            td = self._to_tensordict(ranked, calculate_entropy=False, compute_loss=False)
+            output = self.worker_group.compute_ref_log_prob(td)
         return vc.no_padding_2_padding(vc.tensordict_utils.get(output, "log_probs"), td).float()[rows]
 
     def update_actor(self, batch: DataProto) -> dict[str, float]:

@@ -86,3 +86,49 @@ def test_kl_loss_pulls_the_actor_back_to_its_reference(tiny_models, ray_per_test
     assert all(later < earlier for earlier, later in zip(pulled[:4], pulled[1:5], strict=True)), pulled
     assert pulled[-1] < 0.3 * pulled[0], pulled
     assert pulled[-1] / pulled[0] < 0.5 * free[-1] / free[0], gaps  # the rows that carry β are the ones pulled
+
+
+def test_a_lora_level_takes_its_reference_from_the_base_with_the_adapter_off(tiny_models, ray_per_test):
+    """A LoRA level builds no reference model (verl's worker role ``actor_rollout``): its reference log-probs are
+    the actor's with the adapter switched off. They equal the initial actor's (LoRA's B starts at zero) and stay
+    there while updates move the adapter, so the actor drifts away from them."""
+    from agent_system.multi_turn_rollout.batch import build_rows
+    from agent_system.trainer.config import compose_config
+    from agent_system.trainer.placement import build_workers
+
+    config = compose_config(
+        [
+            "actor_rollout_ref.rollout.name=hf",
+            f"actor_rollout_ref.model.path={tiny_models['ll']}",
+            "actor_rollout_ref.model.lora_rank=8",
+            "actor_rollout_ref.model.lora_alpha=16",
+            "mlmt.feedback=none",
+            f"mlmt.stages.beta_turn1=[{BETA}]",
+            "actor_rollout_ref.actor.optim.lr=1e-2",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=8",
+            "data.max_prompt_length=16",
+            "data.max_response_length=8",
+        ]
+    )
+    groups, _ = build_workers(config, use_ref={"ll": True, "hl": False})
+    group = groups["ll"]
+    group.init()
+    assert group.ref_in_actor and group.turn_kl_loss
+    generator = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(3, 200, (6,), generator=generator).tolist() for _ in range(8)]
+    responses = [torch.randint(3, 200, (8,), generator=generator).tolist() for _ in range(8)]
+    rows = build_rows(prompts, responses, pad_token_id=0)
+    mask = rows.batch["response_mask"].bool()
+    initial, _ = group.compute_log_prob(rows)
+    reference = group.compute_ref_log_prob(rows)
+    assert float((initial - reference)[mask].abs().max()) < 1e-5
+
+    drift = torch.randn(8, generator=generator)
+    for _ in range(3):
+        _update(group, rows, drift, torch.zeros(8))
+    actor, _ = group.compute_log_prob(rows)
+    moved = float((actor - initial)[mask].abs().mean())
+    reference_gap = float((group.compute_ref_log_prob(rows) - initial)[mask].abs().max())
+    print(f"per-token |Δ log π| of the actor: {moved:.3f}; largest |Δ log π_ref|: {reference_gap:.2e}")
+    assert moved > 0.05, moved  # the adapter trained
+    assert reference_gap < 1e-5, reference_gap  # the reference is the base, untouched

@@ -177,3 +177,33 @@ def test_lora_key_that_cannot_act_is_refused_by_name(base, settings, named):
 @pytest.mark.parametrize("settings", ACCEPTED)
 def test_lora_that_acts_is_accepted(base, settings):
     validate_config(_edit(base, settings))
+
+
+def test_a_lora_level_builds_no_reference_copy(base, models):
+    """With a KL reference at both levels, the LoRA level's reference is its actor with the adapter off: its worker
+    is built without a reference model (verl's role ``actor_rollout``), the plan says so, and the memory estimate
+    holds no reference copy for it; the full fine-tuning level keeps its own."""
+    from agent_system.trainer.config import level_view, reference_in_actor, reference_needed
+    from agent_system.trainer.policy import PolicyGroup
+
+    settings = {"actor_rollout_ref.model.path": models["tiny"], "hl.model.path": models["tiny"],
+                "actor_rollout_ref.model.lora_rank": 16, "actor_rollout_ref.model.lora_alpha": 32,
+                "mlmt.stages.beta_turn1": "[0.1]", "mlmt.stages.beta_turn2": "[0.1]"}  # fmt: skip
+    config = _edit(base, settings)
+    validate_config(config)
+    assert reference_needed(config) == {"ll": True, "hl": True}
+    assert reference_in_actor(config) == {"ll": True, "hl": False}
+    roles = {level: PolicyGroup.worker_class(level_view(config, level), True).kwargs["role"] for level in ("ll", "hl")}
+    assert roles == {"ll": "actor_rollout", "hl": "actor_rollout_ref"}
+    set_schedule_horizon(config, 100)
+    plan = build_plan(config, 100, 4)
+    assert "LoRA adapter switched off" in plan.levels["ll"].reference
+    assert plan.levels["hl"].reference.startswith("initial weights")
+    assert plan.memory.levels["ll"].reference_host == 0 < plan.memory.levels["hl"].reference_host
+
+
+def test_a_reference_refresh_with_lora_is_refused(base):
+    settings = {"actor_rollout_ref.model.lora_rank": 16, "mlmt.ll.ref_refresh_freq": 10,
+                "mlmt.stages.beta_turn3": "[0.1]"}  # fmt: skip
+    with pytest.raises(ConfigError, match=r"mlmt.ll.ref_refresh_freq=10 with actor_rollout_ref.model.lora_rank=16"):
+        validate_config(_edit(base, settings))
