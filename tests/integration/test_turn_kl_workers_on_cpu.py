@@ -41,7 +41,9 @@ def _update(group, rows, advantages: torch.Tensor, beta: torch.Tensor) -> dict[s
     return group.update_actor(rows)
 
 
-def test_kl_loss_pulls_the_actor_back_to_its_reference(tiny_models, ray_per_test):
+def _ll_group_and_rows(ll_path: str, *overrides: str):
+    """The LL's policy group, started as the trainer starts it (β on turn 1, no HL), and 8 fixed rows of random
+    tokens (6-token prompts, 8-token responses); returns (group, rows, the generator that drew them)."""
     from agent_system.multi_turn_rollout.batch import build_rows
     from agent_system.trainer.config import compose_config
     from agent_system.trainer.placement import build_workers
@@ -49,23 +51,27 @@ def test_kl_loss_pulls_the_actor_back_to_its_reference(tiny_models, ray_per_test
     config = compose_config(
         [
             "actor_rollout_ref.rollout.name=hf",
-            f"actor_rollout_ref.model.path={tiny_models['ll']}",
+            f"actor_rollout_ref.model.path={ll_path}",
             "mlmt.feedback=none",
             f"mlmt.stages.beta_turn1=[{BETA}]",
-            "actor_rollout_ref.actor.optim.lr=1e-3",
             "actor_rollout_ref.actor.ppo_mini_batch_size=8",
             "data.max_prompt_length=16",
             "data.max_response_length=8",
+            *overrides,
         ]
     )
     groups, _ = build_workers(config, use_ref={"ll": True, "hl": False})
     group = groups["ll"]
     group.init()
-    assert group.turn_kl_loss
     generator = torch.Generator().manual_seed(0)
     prompts = [torch.randint(3, 200, (6,), generator=generator).tolist() for _ in range(8)]
     responses = [torch.randint(3, 200, (8,), generator=generator).tolist() for _ in range(8)]
-    rows = build_rows(prompts, responses, pad_token_id=0)
+    return group, build_rows(prompts, responses, pad_token_id=0), generator
+
+
+def test_kl_loss_pulls_the_actor_back_to_its_reference(tiny_models, ray_per_test):
+    group, rows, generator = _ll_group_and_rows(tiny_models["ll"], "actor_rollout_ref.actor.optim.lr=1e-3")
+    assert group.turn_kl_loss and not group.ref_in_actor
     beta = torch.tensor([BETA, 0.0] * 4)  # per row: the loss reads each row's own β
     assert max(_gaps(group, rows, beta)) < 1e-5  # the reference starts as the actor
 
@@ -92,32 +98,13 @@ def test_a_lora_level_takes_its_reference_from_the_base_with_the_adapter_off(tin
     """A LoRA level builds no reference model (verl's worker role ``actor_rollout``): its reference log-probs are
     the actor's with the adapter switched off. They equal the initial actor's (LoRA's B starts at zero) and stay
     there while updates move the adapter, so the actor drifts away from them."""
-    from agent_system.multi_turn_rollout.batch import build_rows
-    from agent_system.trainer.config import compose_config
-    from agent_system.trainer.placement import build_workers
-
-    config = compose_config(
-        [
-            "actor_rollout_ref.rollout.name=hf",
-            f"actor_rollout_ref.model.path={tiny_models['ll']}",
-            "actor_rollout_ref.model.lora_rank=8",
-            "actor_rollout_ref.model.lora_alpha=16",
-            "mlmt.feedback=none",
-            f"mlmt.stages.beta_turn1=[{BETA}]",
-            "actor_rollout_ref.actor.optim.lr=1e-2",
-            "actor_rollout_ref.actor.ppo_mini_batch_size=8",
-            "data.max_prompt_length=16",
-            "data.max_response_length=8",
-        ]
+    group, rows, generator = _ll_group_and_rows(
+        tiny_models["ll"],
+        "actor_rollout_ref.model.lora_rank=8",
+        "actor_rollout_ref.model.lora_alpha=16",
+        "actor_rollout_ref.actor.optim.lr=1e-2",
     )
-    groups, _ = build_workers(config, use_ref={"ll": True, "hl": False})
-    group = groups["ll"]
-    group.init()
     assert group.ref_in_actor and group.turn_kl_loss
-    generator = torch.Generator().manual_seed(0)
-    prompts = [torch.randint(3, 200, (6,), generator=generator).tolist() for _ in range(8)]
-    responses = [torch.randint(3, 200, (8,), generator=generator).tolist() for _ in range(8)]
-    rows = build_rows(prompts, responses, pad_token_id=0)
     mask = rows.batch["response_mask"].bool()
     initial, _ = group.compute_log_prob(rows)
     reference = group.compute_ref_log_prob(rows)
