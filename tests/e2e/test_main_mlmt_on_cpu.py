@@ -280,11 +280,16 @@ def test_two_ll_ranks_and_a_lora_hl_resume_after_hard_kill(tiny_models, tmp_path
     assert all(float(value) == 0.0 for _, value in gaps), gaps
     assert not re.search(r"^step:1 - train/", log, re.M), "step 1 was trained again after resuming"
     step2 = {k: float(v) for k, v in re.findall(r"(hl/[\w/]+):([-+0-9.eE]+)", re.search(r"^step:2 .*$", log, re.M)[0])}
-    print({k: v for k, v in step2.items() if "logprob_diff" in k or "kl_mean" in k or "grad_norm" in k})
-    # the HL's actor, trained at step 1 and restored, is far from its base (the reference) ... (measured: KL 0.198)
-    assert step2["hl/kl_mean"] > 0.01, step2
-    # ... and its vLLM server samples with that restored adapter, not the base or a stale one (measured: 9.5e-7)
-    assert step2["hl/rollout_actor_logprob_diff_max"] < 1e-3, step2
+    print({k: v for k, v in step2.items() if "logprob_diff" in k or "kl" in k or "grad_norm" in k})
+    # The HL's vLLM server samples with the adapter trained at step 1 and restored, not with the base or a stale one:
+    # its log-probs are within 1e-3 of the actor's and within a tenth of the actor's distance from its base (the
+    # reference). That distance is read from the KL term of step 2's loss, β·mean(low_var_kl) over the tokens, on
+    # the restored actor before its update (low_var_kl >= 0, ≈ ½·Δ² per token, 0 only where actor = base): per-token
+    # scale √(2·KL). Measured: KL term 0.0049 (scale 0.31) against a server gap of 9.5e-7. (``hl/kl_mean`` is a
+    # sampled sum of log-ratios, which can be negative: -0.23 in that run.)
+    moved = (2 * step2["hl/turn_kl_loss"] / 0.1) ** 0.5
+    assert step2["hl/turn_kl_loss"] > 0.0, step2
+    assert step2["hl/rollout_actor_logprob_diff_max"] < min(1e-3, 0.1 * moved), step2
     assert (out / "checkpoints" / "latest_checkpointed_iteration.txt").read_text().strip() == "2"
 
 
