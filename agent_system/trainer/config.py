@@ -20,6 +20,8 @@ logger = logging.getLogger(__name__)
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "mlmt-configs"
 CPU_OVERLAY = CONFIG_DIR / "overlays" / "cpu.yaml"
 LEVELS = ("ll", "hl")
+POLICY_TREES = {"ll": "actor_rollout_ref", "hl": "hl"}  # each level's policy config tree
+CRITIC_TREES = {"ll": "critic", "hl": "hl_critic"}  # and its critic's
 ESTIMATORS = ("grpo", "rloo", "reinforce", "reinforce_plus_plus", "gae", "archer", "value_baseline")  # archer: LL only
 HL_REWARDS = ("r3", "progress", "contrastive", "value_shaped")
 FEEDBACK_SOURCES = ("model", "self", "none")  # mlmt.feedback: the HL, self-correction (SCoRe), single turn
@@ -345,8 +347,7 @@ def reference_in_actor(config: DictConfig) -> dict[str, bool]:
     (``ref_in_actor``): a level that needs a reference (:func:`reference_needed`) and trains a LoRA adapter has the
     base model as its reference, with no second copy of the model."""
     needed = reference_needed(config)
-    trees = {"ll": "actor_rollout_ref", "hl": "hl"}
-    return {level: needed[level] and lora_rank(config[tree].model) > 0 for level, tree in trees.items()}
+    return {level: needed[level] and lora_rank(config[tree].model) > 0 for level, tree in POLICY_TREES.items()}
 
 
 def critic_levels(config: DictConfig) -> tuple[str, ...]:

@@ -44,7 +44,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from agent_system.trainer.config import ConfigError, critic_levels, has_hl
+from agent_system.trainer.config import CRITIC_TREES, POLICY_TREES, ConfigError, critic_levels, has_hl
 
 GIB = 2**30
 DTYPE_BYTES = {
@@ -53,8 +53,6 @@ DTYPE_BYTES = {
     "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "fp8_inc": 1,
     "auto": 2,  # vLLM's rollout.dtype=auto: fp16 for fp32 and fp16 models, bf16 for bf16 ones
 }  # fmt: skip
-POLICY_TREES = {"ll": "actor_rollout_ref", "hl": "hl"}
-CRITIC_TREES = {"ll": "critic", "hl": "hl_critic"}
 EXCLUDED = "activations, the CUDA context, NCCL buffers and vLLM's activation profile are not counted"
 
 

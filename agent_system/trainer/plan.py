@@ -25,6 +25,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from agent_system.trainer.config import CRITIC_TREES, POLICY_TREES
 from agent_system.trainer.memory_estimate import (
     MemoryPlan,
     MemoryUnavailable,
@@ -41,8 +42,6 @@ from agent_system.trainer.state import total_training_steps
 logger = logging.getLogger(__name__)
 
 PLAN_JSON, PLAN_MD = "run_plan.json", "run_plan.md"
-POLICY_TREES = {"ll": "actor_rollout_ref", "hl": "hl"}
-CRITIC_TREES = {"ll": "critic", "hl": "hl_critic"}
 LR_TOLERANCE = 1e-9  # relative: the run's lr comes from the same scheduler function as the plan's
 
 

@@ -66,7 +66,7 @@ class PolicyGroup:
         (:attr:`ref_in_actor`)."""
         from agent_system.trainer.turn_kl import ActorWorker
 
-        role = "actor_rollout_ref" if use_ref and not lora_rank(view.actor_rollout_ref.model) else "actor_rollout"
+        role = "actor_rollout_ref" if use_ref and not reference_is_base(view) else "actor_rollout"
         cls = actor_class or ActorWorker
         return vc.RayClassWithInitArgs(cls=ray.remote(cls), config=view.actor_rollout_ref, role=role)
 
@@ -74,7 +74,7 @@ class PolicyGroup:
     def ref_in_actor(self) -> bool:
         """Whether the reference log-probs come from the actor with its LoRA adapter switched off (the base model,
         verl's ``no_lora_adapter``) rather than from a second copy of the model."""
-        return self.use_ref and lora_rank(self.config.model) > 0
+        return self.use_ref and reference_is_base(self.view)
 
     @property
     def turn_kl_loss(self) -> bool:
@@ -177,12 +177,10 @@ class PolicyGroup:
     def compute_ref_log_prob(self, batch: DataProto) -> torch.Tensor:
         """Reference-model log-probs of the responses, (B, R): the base model's for a LoRA level."""
         ranked, rows, _ = for_ranks(batch, self.world_size)
-        if self.ref_in_actor:
-            td = self._to_tensordict(ranked, calculate_entropy=False, compute_loss=False, no_lora_adapter=True)
-            output = self.worker_group.compute_log_prob(td)
-        else:
-            td = self._to_tensordict(ranked, calculate_entropy=False, compute_loss=False)
-            output = self.worker_group.compute_ref_log_prob(td)
+        base = {"no_lora_adapter": True} if self.ref_in_actor else {}
+        td = self._to_tensordict(ranked, calculate_entropy=False, compute_loss=False, **base)
+        compute = self.worker_group.compute_log_prob if self.ref_in_actor else self.worker_group.compute_ref_log_prob
+        output = compute(td)
         return vc.no_padding_2_padding(vc.tensordict_utils.get(output, "log_probs"), td).float()[rows]
 
     def update_actor(self, batch: DataProto) -> dict[str, float]:
@@ -215,6 +213,12 @@ class PolicyGroup:
 
     def load_checkpoint(self, path: str) -> None:
         self.worker_group.load_checkpoint(path, None, False)
+
+
+def reference_is_base(view: DictConfig) -> bool:
+    """Whether the level of ``view`` trains a LoRA adapter, so that its reference, when it needs one, is its actor with
+    the adapter switched off (no reference model is built)."""
+    return lora_rank(view.actor_rollout_ref.model) > 0
 
 
 def stays_awake(view: DictConfig, level: str) -> bool:

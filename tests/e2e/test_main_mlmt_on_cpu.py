@@ -238,6 +238,9 @@ def _kill_tree(process: subprocess.Popen) -> None:
     psutil.wait_procs(children, timeout=30)
 
 
+HL_BETA = 0.1  # the LoRA HL's β in the hard-kill run
+
+
 def test_two_ll_ranks_and_a_lora_hl_resume_after_hard_kill(tiny_models, tmp_path):
     out = tmp_path / "run"
     cmd = _command(
@@ -251,7 +254,7 @@ def test_two_ll_ranks_and_a_lora_hl_resume_after_hard_kill(tiny_models, tmp_path
         "mlmt.hl_gpus=1",
         "hl.model.lora_rank=8",  # LoRA on one level, full fine-tuning on the other
         "hl.model.lora_alpha=16",
-        "mlmt.stages.beta_turn2=[0.1]",  # the HL's KL to its reference: the base, the adapter switched off
+        f"mlmt.stages.beta_turn2=[{HL_BETA}]",  # the HL's KL to its reference: the base, the adapter switched off
         # no HL reward on MBPP here (all advantages 0): the entropy bonus moves the adapter, at an lr where it shows
         "hl.actor.entropy_coeff=0.01",
         hl_lr="5e-2",
@@ -287,7 +290,7 @@ def test_two_ll_ranks_and_a_lora_hl_resume_after_hard_kill(tiny_models, tmp_path
     # the restored actor before its update (low_var_kl >= 0, ≈ ½·Δ² per token, 0 only where actor = base): per-token
     # scale √(2·KL). Measured: KL term 0.0049 (scale 0.31) against a server gap of 9.5e-7. (``hl/kl_mean`` is a
     # sampled sum of log-ratios, which can be negative: -0.23 in that run.)
-    moved = (2 * step2["hl/turn_kl_loss"] / 0.1) ** 0.5
+    moved = (2 * step2["hl/turn_kl_loss"] / HL_BETA) ** 0.5
     assert step2["hl/turn_kl_loss"] > 0.0, step2
     assert step2["hl/rollout_actor_logprob_diff_max"] < min(1e-3, 0.1 * moved), step2
     assert (out / "checkpoints" / "latest_checkpointed_iteration.txt").read_text().strip() == "2"
