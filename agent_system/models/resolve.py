@@ -30,6 +30,12 @@ def resolve_model_path(path: str, key: str) -> str:
     expanded = Path(os.path.expanduser(path))
     if expanded.exists():
         if not (expanded / "config.json").is_file():
+            if (expanded / "adapter_config.json").is_file():
+                raise ModelPathError(
+                    f"{key}={path}: a PEFT adapter folder, not a model: give its base model here (training: the "
+                    "adapter as the level's model.lora_adapter_path; the evaluator: the adapter, its base with "
+                    "--ll-base / --hl-base)"
+                )
             raise ModelPathError(f"{key}={path}: the folder has no config.json, so it is not a Hugging Face model")
         return str(expanded)
     looks_local = path.startswith(("/", ".", "~")) or path.count("/") != 1

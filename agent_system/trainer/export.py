@@ -74,8 +74,9 @@ def _export_lora(level: str, level_dir: Path, merged: object, target: Path, base
     and write ``<target>/<level>`` as the base with the adapter merged in (PEFT's ``merge_and_unload``, computed in
     float32, saved in bfloat16); returns the adapter folder."""
     import torch
-    from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+
+    from agent_system.models.adapter import merge_into
 
     merged_dir, adapter_dir = Path(merged.folder), target / f"{level}_adapter"
     has_base_weights = merged.base_weights
@@ -94,8 +95,7 @@ def _export_lora(level: str, level_dir: Path, merged: object, target: Path, base
         config_path.write_text(json.dumps(adapter_config, indent=4) + "\n")
 
     model = AutoModelForCausalLM.from_pretrained(str(merged_dir) if has_base_weights else base, dtype=torch.float32)
-    merged = PeftModel.from_pretrained(model, str(adapter_dir)).merge_and_unload()
-    merged.to(torch.bfloat16).save_pretrained(str(merged_dir))
+    merge_into(model, str(adapter_dir), str(merged_dir), torch.bfloat16)
     if not has_base_weights:  # the tokenizer and generation config verl saved beside the shards
         hf_dir = level_dir / "huggingface"
         AutoTokenizer.from_pretrained(str(hf_dir)).save_pretrained(str(merged_dir))

@@ -28,7 +28,11 @@
 #   # B against A on their shared problems: exact McNemar test with its p-value
 #   python -m agent_system.eval.math500 --compare eval/RUN_A eval/RUN_B
 #
-# Models: smollm2 (embedded), a Hugging Face folder or hub name, an export. Options (all of
+#   # a LoRA export's PEFT adapter folders, each over its base (default: the base its adapter_config.json names)
+#   bash mlmt-configs/math/eval_math500.sh RUN/export/global_step_500/ll_adapter RUN/export/global_step_500/hl_adapter \
+#       --ll-base BASE --hl-base BASE
+#
+# Models: smollm2 (embedded), a Hugging Face folder or hub name, an export, a PEFT adapter folder. Options (all of
 # `python -m agent_system.eval.math500 --help`): --rounds K, --samples k, --temperature, --limit N, --out DIR
 # (default eval/<ll>__<hl>), --engine vllm|hf, --max-tokens, --feedback-tokens, --batch-size. Data: --data, or
 # $DATA_DIR/math500/test.parquet (DATA_DIR=data), written by
@@ -50,7 +54,7 @@ if [[ "${1:-}" == --matrix ]]; then
   name=matrix
   shift 2
 elif [[ $# -lt 1 || "$1" == -* ]]; then
-  sed -n '2,39p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+  sed -n '2,43p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
   exit 2
 else
   ll=$1
