@@ -52,7 +52,7 @@ RENAMED_STAGE_KEYS = {"beta1": "beta_turn1", "beta2": "beta_turn1", "beta_l": "b
 
 
 # verl 0.9.1's FSDP LoRA keys under <tree>.model and their defaults (HFModelConfig, checked against verl by
-# tests/unit/trainer/test_lora_on_cpu.py): each acts only when lora_rank > 0 (docs/CONFIG.md, "LoRA per level")
+# tests/unit/trainer/test_lora_on_cpu.py): each acts only when lora_rank > 0 (docs/LORA.md)
 LORA_KEY_DEFAULTS = {
     "lora_alpha": 16,
     "target_modules": "all-linear",
@@ -492,8 +492,8 @@ def _plain(value: object) -> object:
 def _reject_inert_lora(config: DictConfig) -> None:
     """Reject LoRA keys that cannot act: verl's ``<tree>.model.{lora_alpha, target_modules, exclude_modules,
     target_parameters, lora_adapter_path}`` set (to other than verl's default) with ``lora_rank`` 0, a negative
-    rank, the Megatron-only ``<tree>.model.lora.rank`` / ``lora.dropout`` under this project's FSDP engine, and
-    ``hl.model.lora_rank`` > 0 without an HL. Each error names the keys."""
+    rank, the Megatron-only ``<tree>.model.lora.rank`` / ``lora.dropout`` under this project's FSDP engine, a new
+    adapter on a frozen level, and ``hl.model.lora_rank`` > 0 without an HL. Each error names the keys."""
     errors = []
     trees = POLICY_MODEL_TREES if has_hl(config) else ("actor_rollout_ref", "critic")
     for tree in trees:
@@ -527,6 +527,13 @@ def _reject_inert_lora(config: DictConfig) -> None:
             )
         if rank == 0 and megatron.get("merge", False):
             errors.append(f"{tree}.model.lora.merge=true with {tree}.model.lora_rank=0: there is no adapter to merge")
+        level = {"actor_rollout_ref": "ll", "hl": "hl"}.get(tree)
+        if level and rank > 0 and config.mlmt[level].freeze and model.get("lora_adapter_path") is None:
+            errors.append(
+                f"{tree}.model.lora_rank={rank} with mlmt.{level}.freeze=true: a frozen level never trains its adapter "
+                "and a new one computes exactly the base (PEFT starts lora_B at zero): unset the rank, or load a "
+                f"trained adapter with {tree}.model.lora_adapter_path"
+            )
         if rank == 0 and OmegaConf.select(config, f"{tree}.actor.checkpoint.save_lora_only", default=False):
             errors.append(
                 f"{tree}.actor.checkpoint.save_lora_only=true with {tree}.model.lora_rank=0: there is no adapter, "

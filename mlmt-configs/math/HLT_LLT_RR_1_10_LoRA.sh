@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # HLT_LLT_RR_1_10_LoRA: the typical math run (HLT_LLT_RR_1_10: REINFORCE at both levels, 10 LL steps then 1 HL step,
-# temperature 1.0, 500 steps, the SCoRe stages) with the original's LoRA settings at both levels (docs/CONFIG.md,
-# "LoRA per level"): rank 16, alpha 32 on all of q/k/v/o/gate/up/down, 64 problems per step
+# temperature 1.0, 500 steps, the SCoRe stages) with the original's LoRA settings at both levels (docs/LORA.md):
+# rank 16, alpha 32 on all of q/k/v/o/gate/up/down, 64 problems per step
 # (mini-batches of 64 rows: the LL's 128 rows make 2 optimizer steps per update, the HL's 64 rows one, as the
 # original's mini-batch was capped at its batch), lr 1e-6, on Llama-3.2-3B-Instruct as hrl-reasoning ran it with LoRA.
 #

@@ -157,12 +157,18 @@ REJECTED = [
     ({"hl.model.lora.merge": True}, ["hl.model.lora.merge=true"]),
     ({"mlmt.feedback": "self", "hl.model.lora_rank": 16}, ["hl.model.lora_rank=16", "mlmt.feedback=self"]),
     ({"hl.actor.checkpoint.save_lora_only": True}, ["hl.actor.checkpoint.save_lora_only=true", "lora_rank=0"]),
+    ({"mlmt.hl.freeze": True, "hl.model.lora_rank": 16}, ["hl.model.lora_rank=16 with mlmt.hl.freeze=true"]),
+    (
+        {"mlmt.ll.freeze": True, "actor_rollout_ref.model.lora_rank": 8},
+        ["actor_rollout_ref.model.lora_rank=8 with mlmt.ll.freeze=true", "lora_adapter_path"],
+    ),
 ]
 ACCEPTED = [
     {"actor_rollout_ref.model.lora_rank": 16, "actor_rollout_ref.model.lora_alpha": 32},
     {"hl.model.lora_rank": 16, "hl.model.lora_alpha": 32, "hl.model.target_modules": "[" + ",".join(ALL_SEVEN) + "]"},
     {"actor_rollout_ref.model.lora_rank": 8, "hl.model.lora_rank": 8, "hl.model.lora.merge": True},
     {"hl.model.lora_rank": 8, "hl.actor.checkpoint.save_lora_only": True},
+    {"mlmt.hl.freeze": True, "hl.model.lora_rank": 16, "hl.model.lora_adapter_path": "/adapters/hl"},  # a trained one
 ]
 
 
