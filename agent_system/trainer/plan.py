@@ -348,6 +348,9 @@ def build_plan(config: DictConfig, train_rows: int, val_rows: int | None) -> Run
         if use_ref[level]:
             if base_ref[level]:
                 reference = "the base model: the actor with its LoRA adapter switched off (no second copy)"
+                loaded = tree.model.get("lora_adapter_path")
+                if loaded:
+                    reference += f"; not the loaded adapter {loaded}, which the actor starts from"
             else:
                 reference = "initial weights" + (
                     f", refreshed from the actor every {mlmt.ll.ref_refresh_freq} steps"

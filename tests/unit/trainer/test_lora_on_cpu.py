@@ -206,6 +206,19 @@ def test_a_lora_level_builds_no_reference_copy(base, models):
     assert "LoRA adapter switched off" in plan.levels["ll"].reference
     assert plan.levels["hl"].reference.startswith("initial weights")
     assert plan.memory.levels["ll"].reference_host == 0 < plan.memory.levels["hl"].reference_host
+    assert "loaded adapter" not in plan.levels["ll"].reference
+
+
+def test_the_plan_says_a_loaded_adapter_is_not_the_reference(base, models):
+    """With ``lora_adapter_path`` the actor starts from that adapter, but its reference (adapter off) is the base."""
+    settings = {"actor_rollout_ref.model.path": models["tiny"], "hl.model.path": models["tiny"],
+                "hl.model.lora_rank": 16, "hl.model.lora_adapter_path": "/adapters/hl",
+                "mlmt.stages.beta_turn2": "[0.1]"}  # fmt: skip
+    config = _edit(base, settings)
+    validate_config(config)
+    set_schedule_horizon(config, 100)
+    reference = build_plan(config, 100, 4).levels["hl"].reference
+    assert reference.startswith("the base model") and "not the loaded adapter /adapters/hl" in reference
 
 
 def test_a_reference_refresh_with_lora_is_refused(base):
