@@ -564,6 +564,8 @@ def render_memory(plan: MemoryPlan) -> list[str]:
         reference = (
             f"on the host, {gib(level.reference_host)} GiB per rank (verl offloads it)"
             if level.reference_host
+            else "no copy (a KL reference is the actor with its LoRA adapter off)"
+            if level.lora
             else "none"
         )
         critic = (

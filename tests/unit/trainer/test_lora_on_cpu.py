@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import re
 
 import pytest
 import yaml
@@ -20,6 +21,7 @@ from agent_system.trainer.memory_estimate import (
     ModelShape,
     memory_plan,
     read_shape,
+    render_memory,
     trainable_parameters,
 )
 from agent_system.trainer.plan import build_plan, render_markdown
@@ -207,6 +209,9 @@ def test_a_lora_level_builds_no_reference_copy(base, models):
     assert plan.levels["hl"].reference.startswith("initial weights")
     assert plan.memory.levels["ll"].reference_host == 0 < plan.memory.levels["hl"].reference_host
     assert "loaded adapter" not in plan.levels["ll"].reference
+    memory = "\n".join(render_memory(plan.memory))
+    assert "reference: no copy (a KL reference is the actor with its LoRA adapter off)" in memory
+    assert re.search(r"reference: on the host, [0-9.]+ GiB per rank", memory)  # the full fine-tuning HL's copy
 
 
 def test_the_plan_says_a_loaded_adapter_is_not_the_reference(base, models):
