@@ -6,7 +6,9 @@
 #   MLMT_TEST_TIERS="unit e2e" bash scripts/run_tests.sh  # some tiers (the folders under tests/)
 #
 # The pytest args go to every tier's run. Each tier runs even when an earlier one failed; the exit status is 1 when
-# any tier failed. A bare `pytest` runs the unit tier alone (pyproject.toml's testpaths).
+# any tier failed. A bare `pytest` runs the unit tier alone (pyproject.toml's testpaths). The unit tier runs on
+# MLMT_UNIT_WORKERS pytest-xdist workers (default 2: its tests are independent, small and mostly single-threaded);
+# the other tiers run one test at a time (each test's Ray cluster and vLLM servers use every core and up to 9 GB).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install.sh
@@ -23,7 +25,11 @@ for tier in $tiers; do
   started=$(date +%s)
   status=0
   # --durations=15: the slowest tests; tests/_ci_guard.py prints the tier's peak memory and any leftover processes.
-  .venv/bin/python -m pytest -q -p no:cacheprovider --durations=15 "$@" "tests/$tier" || status=$?
+  parallel=()
+  if [ "$tier" = unit ] && [ "${MLMT_UNIT_WORKERS:-2}" -gt 1 ]; then
+    parallel=(-n "${MLMT_UNIT_WORKERS:-2}")
+  fi
+  .venv/bin/python -m pytest -q -p no:cacheprovider --durations=15 "${parallel[@]}" "$@" "tests/$tier" || status=$?
   seconds=$(($(date +%s) - started))
   case $status in
     0) verdict=passed ;;

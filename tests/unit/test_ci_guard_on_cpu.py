@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import psutil
 from _ci_guard import ProcessTracker, _terminate
@@ -92,3 +94,36 @@ def test_an_older_process_and_its_new_children_are_left_alone():
     finally:
         parent.stdin.close()  # the parent kills its child and exits
         parent.wait(timeout=30)
+
+
+_LEAKY_TESTS = """
+import subprocess, sys
+
+def test_leaves_a_sleeper():
+    subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", "leaked-by-a-test"])
+
+def test_clean():
+    pass
+"""
+
+
+def test_leftovers_of_xdist_workers_reach_the_summary(tmp_path):
+    """Under ``-n 2`` (the unit tier in CI) a worker's leftover is killed and listed by the controller's summary."""
+    (tmp_path / "test_leaky.py").write_text(_LEAKY_TESTS)
+    tests = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(tests), "MLMT_TEST_CLEANUP_WAIT_S": "1"}
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "_ci_guard", "-n", "2", "test_leaky.py"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    summary = result.stdout[result.stdout.index("memory and leftover processes") :]
+    assert "test_leaky.py::test_leaves_a_sleeper: 1 process(es)" in summary and "leaked-by-a-test" in summary, summary
+    assert "test_clean" not in summary[summary.index("tests that left processes behind") :]
+    assert "no test left processes behind" not in summary
+    assert re.search(r"peak memory: [0-9.]+ GB", summary)
+    assert not [p for p in psutil.process_iter(["cmdline"]) if "leaked-by-a-test" in " ".join(p.info["cmdline"] or [])]
