@@ -245,7 +245,7 @@ def pytest_sessionstart(session):
         basetemp = None
     tracker = ProcessTracker(os.getpid(), basetemp)
     _STATE.update(tracker=tracker, sampler=None, leftovers=[])
-    if not hasattr(session.config, "workerinput"):  # an xdist worker: the controller samples the whole tree
+    if not hasattr(session.config, "workerinput"):  # not an xdist worker: in xdist the controller samples the tree
         _STATE["sampler"] = _Sampler(tracker)
         _STATE["sampler"].start()
 
@@ -262,7 +262,7 @@ def pytest_sessionfinish(session):
 
 
 def pytest_runtest_logstart(nodeid, location):
-    """The test a memory sample is charged to, in the xdist controller (which runs no test itself)."""
+    """The test a memory sample is charged to; needed in the xdist controller, which runs no test itself."""
     tracker = _STATE.get("tracker")
     if tracker is not None:
         tracker.current_test = nodeid

@@ -527,7 +527,7 @@ def _reject_inert_lora(config: DictConfig) -> None:
             )
         if rank == 0 and megatron.get("merge", False):
             errors.append(f"{tree}.model.lora.merge=true with {tree}.model.lora_rank=0: there is no adapter to merge")
-        level = {"actor_rollout_ref": "ll", "hl": "hl"}.get(tree)
+        level = {policy: name for name, policy in POLICY_TREES.items()}.get(tree)
         if level and rank > 0 and config.mlmt[level].freeze and model.get("lora_adapter_path") is None:
             errors.append(
                 f"{tree}.model.lora_rank={rank} with mlmt.{level}.freeze=true: a frozen level never trains its adapter "
