@@ -110,8 +110,43 @@ class PolicyGroup:
         return bool(self.config.rollout.free_cache_engine)
 
     # ---------------------------------------------------------------- rollout memory and weights (verl's pattern)
+    def check_servers_alive(self, timeout_s: float = 60.0) -> None:
+        """Raise, naming them, when rollout servers of this level died (Ray's OOM killer, a crash).
+
+        A weight sync sent to a dead server waits forever instead of failing (measured: a run whose HL vLLM server
+        Ray's OOM killer stopped hung in the HL's sync), so every wake-up asks each server first. A server that is
+        alive but does not answer within ``timeout_s`` is only logged."""
+        servers = [
+            (rank, server)
+            for rank, replica in enumerate(self.server_manager.get_replicas())
+            for server in replica.servers
+        ]
+        pings = {server.__ray_ready__.remote(): rank for rank, server in servers}
+        ready, pending = ray.wait(list(pings), num_returns=len(pings), timeout=timeout_s)
+        dead = []
+        for ref in ready:
+            try:
+                ray.get(ref)
+            except ray.exceptions.RayActorError as error:
+                dead.append(f"replica {pings[ref]}: {str(error).strip().splitlines()[0]}")
+        if dead:
+            raise RuntimeError(
+                f"{self.level.upper()} rollout server(s) died, the run cannot go on: {'; '.join(dead)}. Ray's "
+                "memory monitor stops the largest process when the node runs out of memory: see the workers' logs "
+                "(logs/ in the run folder) and lower the rollout's memory (rollout.gpu_memory_utilization, "
+                "max_num_seqs) or the batch; resume from the last checkpoint with trainer.resume_mode=auto."
+            )
+        if pending:
+            logger.warning(
+                "%s rollout server(s) of replica(s) %s did not answer within %.0f s",
+                self.level.upper(),
+                sorted({pings[ref] for ref in pending}),
+                timeout_s,
+            )
+
     def wake_up(self, global_steps: int) -> None:
         """Before generating: load the actor's weights into the servers if they are stale or were freed by sleep."""
+        self.check_servers_alive()
         if not self._rollout_current:
             self.checkpoint_manager.update_weights(global_steps=global_steps)
             self._rollout_current = True

@@ -8,7 +8,8 @@ LL of step 4), and an ``auto`` resume of the same run folder.
 * The lag: at every step the snapshot that generates R_ref holds the LL's weights of its last refresh (probe
   log-probs equal to the LL's at that refresh), not the current LL's (a probe gap to the LL once the LL has been
   updated since), and refreshes happen at steps 2 and 4 only.
-* The resume: the resumed snapshot is the checkpoint's (the LL of step 2), not the newer refresh folder's; it scores
+* The resume: both levels (fine-tuned in full) resume exactly (the probe's log-probs equal the saved ones); the
+  resumed snapshot is the checkpoint's (the LL of step 2), not the newer refresh folder's; it scores
   the probe exactly as the uninterrupted run's snapshot did at step 4.
 
 Measured: 155 s on the 2-core machine (both runs). Deliberate breaks, each run once: the resume loading the newest
@@ -80,6 +81,8 @@ def test_the_snapshot_lags_and_a_resume_restores_the_checkpoints_one(cue_ll_unsu
 
     resumed = run_main(out, [*overrides, "trainer.resume_mode=auto"])
     assert sorted(s for s in resumed if "ll/pg_loss" in resumed[s]) == [4, 5]
+    # both levels fine-tuned in full: the resumed actors score the probe exactly as the saved ones did
+    assert resumed[3]["resume/ll_logprob_max_abs_diff"] == resumed[3]["resume/hl_logprob_max_abs_diff"] == 0.0
     assert resumed[3]["resume/ll_snapshot_logprob_max_abs_diff"] == 0.0
     assert resumed[4]["ll_snapshot/weights_step"] == 2
     assert resumed[4]["ll_snapshot/probe_gap_to_refresh"] == 0.0

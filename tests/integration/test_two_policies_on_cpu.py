@@ -7,12 +7,13 @@ Checks: both levels' servers start side by side (verl names vLLM servers by repl
 the HL's server name is taken); after the first wake-up each server serves its actor's weights (vLLM starts from
 dummy weights); updating one model leaves the other's log-probs unchanged; before a weight sync the updated
 model's rollout server disagrees with its actor, after the sync they agree (fp32 on CPU: max |Δ log-prob| below
-1e-3).
+1e-3); a sync into a killed server stops with a message naming it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import threading
 
 import pytest
 import torch
@@ -62,7 +63,8 @@ def _max_server_actor_gap(policy, rows):
     return (actor_lp - rows.batch["rollout_log_probs"])[mask].abs().max().item()
 
 
-@pytest.mark.parametrize("rollout", ["vllm", "hf"])
+# [vllm] peaks at 8.3 GB: one heavy test at a time beside the light ones (scripts/run_tests.sh)
+@pytest.mark.parametrize("rollout", [pytest.param("vllm", marks=pytest.mark.xdist_group("heavy")), "hf"])
 def test_two_models_independent_and_weight_sync(tiny_models, ray_per_test, rollout):
     from transformers import AutoTokenizer
 
@@ -123,6 +125,35 @@ def test_two_models_independent_and_weight_sync(tiny_models, ray_per_test, rollo
         ll.wake_up(global_steps=1)
         again = _rows(prompts, _sample(ll, prompts), pad)
         assert _max_server_actor_gap(ll, again) < SYNC_TOLERANCE
+
+    # A rollout server that died (here killed, as Ray's OOM killer does) stops the next sync with a message naming
+    # it; before, the sync into a dead vLLM server waited forever.
+    _kill_servers(hl)
+    outcome = []
+
+    def sync_and_wake():
+        try:
+            hl.sync_weights(global_steps=2)
+            hl.wake_up(global_steps=2)
+            outcome.append(None)
+        except Exception as error:  # noqa: BLE001 - the error is the test's subject
+            outcome.append(error)
+
+    worker = threading.Thread(target=sync_and_wake, daemon=True)  # a hung sync must not hold pytest at exit
+    worker.start()
+    worker.join(timeout=180)
+    assert outcome, "the weight sync into a dead rollout server did not return within 180 s"
+    error = outcome[0]
+    assert isinstance(error, RuntimeError) and "HL rollout server(s) died" in str(error), repr(error)
+    assert "replica 0" in str(error) and "trainer.resume_mode=auto" in str(error), str(error)
+
+
+def _kill_servers(group) -> None:
+    import ray
+
+    for replica in group.server_manager.get_replicas():
+        for server in replica.servers:
+            ray.kill(server, no_restart=True)
 
 
 def _server_stats(group) -> dict:
