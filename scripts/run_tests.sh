@@ -6,13 +6,9 @@
 #   MLMT_TEST_TIERS="unit e2e" bash scripts/run_tests.sh  # some tiers (the folders under tests/)
 #
 # The pytest args go to every tier's run. Each tier runs even when an earlier one failed; the exit status is 1 when
-# any tier failed. A bare `pytest` runs the unit tier alone (pyproject.toml's testpaths).
-#
-# The unit, integration and e2e tiers run on MLMT_TEST_WORKERS pytest-xdist workers (default 2; 1 runs one test at a
-# time). Two fit on two cores: Ray gives each worker process one thread (OMP_NUM_THREADS=1) and a run's phases mostly
-# wait on one another, so one test keeps about one core busy. `--dist loadgroup` keeps the tests marked
-# `xdist_group("heavy")` (the vLLM runs that peak at 5-9 GB, and the Slurm run with its 3-minute time limit) on one
-# worker, one after another, so two of them never meet: the peak stays near 9 GB + 5 GB of a light test.
+# any tier failed. A bare `pytest` runs the unit tier alone (pyproject.toml's testpaths). The unit tier runs on
+# MLMT_UNIT_WORKERS pytest-xdist workers (default 2: its tests are independent, small and mostly single-threaded);
+# the other tiers run one test at a time (each test's Ray cluster and vLLM servers use every core and up to 9 GB).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install.sh
@@ -30,8 +26,8 @@ for tier in $tiers; do
   status=0
   # --durations=15: the slowest tests; tests/_ci_guard.py prints the tier's peak memory and any leftover processes.
   parallel=()
-  if [ "$tier" != gpu ] && [ "${MLMT_TEST_WORKERS:-2}" -gt 1 ]; then
-    parallel=(-n "${MLMT_TEST_WORKERS:-2}" --dist loadgroup)
+  if [ "$tier" = unit ] && [ "${MLMT_UNIT_WORKERS:-2}" -gt 1 ]; then
+    parallel=(-n "${MLMT_UNIT_WORKERS:-2}")
   fi
   .venv/bin/python -m pytest -q -p no:cacheprovider --durations=15 "${parallel[@]}" "$@" "tests/$tier" || status=$?
   seconds=$(($(date +%s) - started))

@@ -8,9 +8,8 @@ when it was seen in the tree before (pid + start time), when its command line na
 of ours (``/tmp/ray/session_<date>_<micro>_<driver pid>``) or this session's pytest ``basetemp``, or when its
 parent is ours. PSS splits each shared page (torch's libraries in every Ray worker) among the processes mapping
 it, so the sum is what the suite adds to the machine (a sum of RSS would count those libraries once per process).
-The terminal summary prints the peak against ``LIMIT_GB`` (``MLMT_TEST_MEMORY_LIMIT_GB``, default 16: Ray's memory
-monitor kills workers at 95% of a 24 GB machine's memory, and the OS and page cache need the rest), flags an excess
-(tests do not fail for it), and lists the 5 tests with the highest peaks; the machine's used memory (total -
+The terminal summary prints the peak against ``LIMIT_GB`` (``MLMT_TEST_MEMORY_LIMIT_GB``, default 12), flags an
+excess (tests do not fail for it), and lists the 5 tests with the highest peaks; the machine's used memory (total -
 available, every workload included) is printed too.
 
 Leftovers. An autouse fixture snapshots our processes before each test. After the test (its own fixtures already
@@ -20,10 +19,10 @@ ours (see above), were created after the test began and do not descend from an o
 (the workers of a session-scoped Ray cluster belong to that fixture) are touched; multiprocessing's resource
 tracker and forkserver, which live as long as pytest, are left alone.
 
-Under pytest-xdist (``-n N``, scripts/run_tests.sh) the controller samples memory: its process tree holds every
-worker and what they start, and a peak is charged to the test started last (two tests at a time share it). Each
-worker looks after the processes of its own tests and hands what it killed to the controller through the test's
-report, so the summary lists leftovers from every worker.
+Under pytest-xdist (``-n N``, the unit tier in scripts/run_tests.sh) the controller samples memory: its process tree
+holds every worker and what they start, and a test's peak is charged to the test started last. Each worker looks
+after the processes of its own tests and hands what it killed to the controller through the test's report, so the
+summary lists leftovers from every worker.
 """
 
 from __future__ import annotations
@@ -39,7 +38,7 @@ import psutil
 import pytest
 
 GB = 1024**3
-LIMIT_GB = float(os.environ.get("MLMT_TEST_MEMORY_LIMIT_GB", "16"))
+LIMIT_GB = float(os.environ.get("MLMT_TEST_MEMORY_LIMIT_GB", "12"))
 SAMPLE_S = float(os.environ.get("MLMT_TEST_MEMORY_SAMPLE_S", "0.5"))
 CLEANUP_WAIT_S = float(os.environ.get("MLMT_TEST_CLEANUP_WAIT_S", "60"))
 KILL_WAIT_S = 10.0

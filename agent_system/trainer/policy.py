@@ -118,9 +118,11 @@ class PolicyGroup:
         alive but does not answer within ``timeout_s`` is only logged."""
         servers = [
             (rank, server)
-            for rank, replica in enumerate(self.server_manager.get_replicas())
+            for rank, replica in enumerate(self.checkpoint_manager.replicas)
             for server in replica.servers
         ]
+        if not servers:
+            return
         pings = {server.__ray_ready__.remote(): rank for rank, server in servers}
         ready, pending = ray.wait(list(pings), num_returns=len(pings), timeout=timeout_s)
         dead = []

@@ -112,8 +112,6 @@ def _smallest_prompt_budget(models: dict, files: tuple[str, str], min_quote_toke
     return PromptBuilder({}, min_quote_tokens).largest_prompt(tasks, tokenizers)[0]
 
 
-# two vLLM servers, 6.7 GB: one heavy test at a time beside the light ones (scripts/run_tests.sh)
-@pytest.mark.xdist_group("heavy")
 def test_mbpp_two_steps_padless_tokenizers_tight_prompt_budget(padless_models, tmp_path):
     import pandas as pd
     from transformers import AutoTokenizer
@@ -310,8 +308,6 @@ def _check_only_the_adapter_trained(level_dir: Path, base: str) -> None:
     assert lora_b and min(lora_b.values()) > 0, lora_b
 
 
-# two vLLM servers, 8.3 GB: one heavy test at a time beside the light ones (scripts/run_tests.sh)
-@pytest.mark.xdist_group("heavy")
 def test_two_lora_levels_resume_after_hard_kill(tiny_models, tmp_path):
     """LoRA at both levels, the LL's on two ranks with full checkpoints (base and adapter), the HL's adapters-only;
     killed during step 2 and resumed. Full fine-tuning's exact resume is the snapshot-resume test's (one rank per
@@ -379,8 +375,6 @@ def test_two_lora_levels_resume_after_hard_kill(tiny_models, tmp_path):
     assert (Path(exported["hl"]) / "config.json").is_file() and (Path(exported["ll"]) / "config.json").is_file()
 
 
-# two vLLM servers, critics, 8.8 GB: one heavy test at a time beside the light ones (scripts/run_tests.sh)
-@pytest.mark.xdist_group("heavy")
 def test_ppo_with_critics_kl_and_confidence_colocated_two_ranks(tiny_models, tmp_path):
     """PPO (gae + a critic per level), β > 0 (reference models), the HL confidence term, colocated on two ranks."""
     out = tmp_path / "run"

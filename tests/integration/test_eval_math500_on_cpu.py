@@ -36,8 +36,6 @@ def _records(out: Path) -> list[dict]:
     return [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
 
 
-# a vLLM server, 4.8 GB: one heavy test at a time beside the light ones (scripts/run_tests.sh)
-@pytest.mark.xdist_group("heavy")
 def test_eval_script_on_vllm_killed_and_resumed(math500_dir, tmp_path):
     out = tmp_path / "eval"
     command = ["bash", str(SCRIPT), "smollm2", "smollm2", "--out", str(out), "--batch-size", "1"]

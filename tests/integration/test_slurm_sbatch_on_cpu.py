@@ -88,8 +88,6 @@ def _job_ray_processes(job_id: str) -> list[int]:
     return found
 
 
-# a 3-minute Slurm time limit: one heavy test at a time beside the light ones (scripts/run_tests.sh)
-@pytest.mark.xdist_group("heavy")
 def test_sbatch_two_nodes_time_limit_warning_checkpoints_requeues_and_resumes(slurm_cluster, tiny_models, tmp_path):
     before = _ray_daemons()
     log = tmp_path / "job.out"

@@ -63,8 +63,7 @@ def _max_server_actor_gap(policy, rows):
     return (actor_lp - rows.batch["rollout_log_probs"])[mask].abs().max().item()
 
 
-# [vllm] peaks at 8.3 GB: one heavy test at a time beside the light ones (scripts/run_tests.sh)
-@pytest.mark.parametrize("rollout", [pytest.param("vllm", marks=pytest.mark.xdist_group("heavy")), "hf"])
+@pytest.mark.parametrize("rollout", ["vllm", "hf"])
 def test_two_models_independent_and_weight_sync(tiny_models, ray_per_test, rollout):
     from transformers import AutoTokenizer
 

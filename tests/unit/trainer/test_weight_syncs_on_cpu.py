@@ -20,6 +20,7 @@ class _Servers:
 
     def __init__(self, sleep_mode: bool) -> None:
         self.sleep_mode, self.calls, self.loaded = sleep_mode, [], False
+        self.replicas = []  # the servers each wake-up checks are alive (none here: no Ray)
 
     def update_weights(self, global_steps):
         self.calls.append(("sync", global_steps))
