@@ -282,6 +282,13 @@ class MergedCheckpoint:
     base_weights: bool
 
 
+def rollout_router(server_manager: Any) -> Any:
+    """The Ray actor that routes an ``LLMServerManager``'s requests to its servers (``global_load_balancer``).
+
+    verl creates it without waiting for its process to start (a fresh interpreter that imports verl)."""
+    return server_manager.global_load_balancer
+
+
 def merge_fsdp_checkpoint(local_dir: str, target_dir: str) -> MergedCheckpoint:
     """Merge a verl FSDP actor checkpoint folder into a Hugging Face model folder with verl's model merger.
 

