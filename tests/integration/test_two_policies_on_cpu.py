@@ -145,6 +145,7 @@ def test_two_models_independent_and_weight_sync(tiny_models, ray_per_test, rollo
     error = outcome[0]
     assert isinstance(error, RuntimeError) and "HL rollout server(s) died" in str(error), repr(error)
     assert "replica 0" in str(error) and "trainer.resume_mode=auto" in str(error), str(error)
+    assert f"hl.rollout.engine_kwargs.{rollout}." in str(error), str(error)  # the key that sizes this server on CPU
 
 
 def _kill_servers(group) -> None:
