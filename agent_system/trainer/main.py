@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -191,6 +192,28 @@ def check_prompt_budget(config: DictConfig, prompts, tokenizers: dict, frames: d
         logger.info("prompt budget: the largest %s prompt of %s needs %d of %d tokens", name, key, tokens, budget)
 
 
+def wait_for_nodes(expected: int, nodes, timeout_s: float = 300.0, poll_s: float = 1.0) -> list[dict]:
+    """The alive nodes of the Ray cluster once ``expected`` (``trainer.nnodes``) of them have joined.
+
+    ``nodes``: ``ray.nodes``. A launcher such as ``mlmt-configs/submit_mlmt.sbatch`` starts Ray on the other nodes
+    beside the driver, so they may join after the driver connects; starting then would place both levels on the
+    nodes already there (measured: a 2-node Slurm job whose driver saw 1 node). Raises, naming the key and the
+    count, when they have not all joined within ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        alive = [node for node in nodes() if node["Alive"]]
+        if len(alive) >= expected:
+            return alive
+        if time.monotonic() >= deadline:
+            raise RuntimeError(
+                f"trainer.nnodes={expected}, but only {len(alive)} Ray node(s) joined the cluster within "
+                f"{timeout_s:.0f} s: check the other nodes' `ray start` (the job's output), or set trainer.nnodes "
+                "to the number of nodes the job has"
+            )
+        logger.info("waiting for Ray nodes: %d of %d alive", len(alive), expected)
+        time.sleep(poll_s)
+
+
 def start_policy_groups(groups: dict, together: bool) -> None:
     """Initialise each level's models and rollout servers (:meth:`PolicyGroup.init`), one console line per level.
 
@@ -351,11 +374,13 @@ def _train(config: DictConfig, run_console) -> dict:
         with phase("Ray"):
             if os.environ.get("RAY_ADDRESS"):  # an existing cluster (Slurm scripts): its resources are already set
                 ray.init(address=os.environ["RAY_ADDRESS"], runtime_env=runtime_env, **init_logs)
+                # the launcher starts the other nodes' Ray beside this driver: they may join after it connects
+                alive = wait_for_nodes(config.trainer.nnodes, ray.nodes)
             else:
                 resources = {k: v for k, v in ray_init.items() if v is not None}
                 # address="local": always a new local instance, never a cluster some `ray start` left on this machine
                 ray.init(address="local", **resources, include_dashboard=False, runtime_env=runtime_env, **init_logs)
-        alive = [node for node in ray.nodes() if node["Alive"]]
+                alive = [node for node in ray.nodes() if node["Alive"]]
         logger.info("Ray: %d alive node(s), resources %s", len(alive), ray.cluster_resources())
     trainer = None
     try:

@@ -1,9 +1,10 @@
-"""Start-up of the two levels (agent_system.trainer.main.start_policy_groups): under split placement both levels'
-``init`` run at the same time, colocated levels one after the other, and an error in either level reaches the
-caller once both have returned.
+"""Start-up of a run (agent_system.trainer.main): under split placement both levels' ``init`` run at the same time,
+colocated levels one after the other, and an error in either level reaches the caller once both have returned; on an
+existing cluster the driver waits until every node of the job (``trainer.nnodes``) has joined.
 
-The groups here are recorders with PolicyGroup's ``init`` signature: what is tested is the driver's scheduling of the
-two calls (PolicyGroup.init itself runs in every integration and e2e test).
+The groups here are recorders with PolicyGroup's ``init`` signature and the node lists stand in for ``ray.nodes``:
+what is tested is the driver's scheduling of the calls (PolicyGroup.init runs in every integration and e2e test, and
+the wait in the real two-node Slurm job, tests/integration/test_slurm_sbatch_on_cpu.py).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import time
 
 import pytest
 
-from agent_system.trainer.main import start_policy_groups
+from agent_system.trainer.main import start_policy_groups, wait_for_nodes
 
 
 class Recorder:
@@ -64,3 +65,25 @@ def test_a_single_level_starts_alone():
     events: list = []
     start_policy_groups({"ll": Recorder("ll", events)}, together=True)
     assert events == [("start", "ll"), ("end", "ll")]
+
+
+class Joining:
+    """``ray.nodes`` of a cluster whose nodes join one per call, up to ``total``."""
+
+    def __init__(self, total: int):
+        self.total, self.calls = total, 0
+
+    def __call__(self) -> list[dict]:
+        self.calls += 1
+        return [{"Alive": True, "NodeID": str(i)} for i in range(min(self.calls, self.total))]
+
+
+def test_the_driver_waits_for_every_node_of_the_job():
+    nodes = Joining(total=2)
+    alive = wait_for_nodes(2, nodes, timeout_s=5, poll_s=0.01)
+    assert len(alive) == 2 and nodes.calls == 2  # the first look saw 1 node: it waited for the second
+
+
+def test_nodes_that_never_join_are_an_error_naming_the_key():
+    with pytest.raises(RuntimeError, match=r"trainer.nnodes=3, but only 2 Ray node\(s\) joined"):
+        wait_for_nodes(3, Joining(total=2), timeout_s=0.05, poll_s=0.01)
