@@ -8,10 +8,56 @@ import pytest
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+# Ray runs its workers at nice 15, below the driver. Two tests share the machine in CI (scripts/run_tests.sh): one
+# test's processes outside Ray (a driver, the golds check's pool) would then starve the other test's Ray workers
+# (measured: a two-level start-up stalled for minutes beside the golds check). Every test process at the same priority.
+os.environ.setdefault("RAY_worker_niceness", "0")
 
 # --- CI guard (tests/_ci_guard.py): the suite's peak memory in the terminal summary, and an autouse fixture that
 # --- waits for (then kills) every process a test started before the next test begins. Keep this line here.
 pytest_plugins = ["_ci_guard"]
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``slow(seconds=N)`` first, the longest first, then the others in their collected order: a tier on
+    several xdist workers (scripts/run_tests.sh) then ends with short tests on every worker, not one long test on one.
+    """
+
+    def seconds(item) -> float:
+        marker = item.get_closest_marker("slow")
+        return marker.kwargs.get("seconds", 60) if marker else 0
+
+    items.sort(key=seconds, reverse=True)  # a stable sort: equal keys keep their collected order
+
+
+@pytest.fixture(scope="session")
+def built_once(tmp_path_factory):
+    """``built_once(name, build)``: ``build(folder)`` once per pytest run, shared by its xdist workers.
+
+    The first worker to ask builds under a file lock and records what ``build`` returned (JSON: paths as strings);
+    the others wait and read it. Without xdist it is a plain session-scoped build. For fixtures that take minutes of
+    CPU (training the cue task's solvers), which each of the two CI workers would otherwise repeat.
+    """
+    import json
+
+    from filelock import FileLock
+
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the run's folder (pytest-N), above each worker's own (popen-gwK)
+
+    def build_once(name: str, build):
+        folder = root / f"built-{name}"
+        with FileLock(f"{folder}.lock"):
+            record = folder / ".built.json"
+            if record.is_file():
+                return json.loads(record.read_text())
+            folder.mkdir(exist_ok=True)
+            value = build(folder)
+            record.write_text(json.dumps(value))
+            return value
+
+    return build_once
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,5 @@
-"""Fixtures of the e2e learning tests: the cue task's models and data (cue_task.py), built once per session."""
+"""Fixtures of the e2e learning tests: the cue task's models and data (cue_task.py), built once per pytest run
+(shared by its xdist workers: ``built_once`` in tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -9,35 +10,31 @@ from agent_system.models.tiny import build_tiny_model
 
 
 @pytest.fixture(scope="session")
-def cue_root(tmp_path_factory):
-    return tmp_path_factory.mktemp("cue_task")
-
-
-@pytest.fixture(scope="session")
-def cue_data(cue_root):
+def cue_data(built_once):
     """(train parquet, validation parquet) of the cue task."""
-    return write_dataset(cue_root)
+    return tuple(built_once("cue_data", lambda folder: [str(path) for path in write_dataset(folder)]))
 
 
 @pytest.fixture(scope="session")
-def cue_hl(cue_root):
+def cue_hl(built_once):
     """An untrained tiny feedback writer (random weights)."""
-    return build_tiny_model(cue_root / "hl", seed=1)
+    return built_once("cue_hl", lambda folder: str(build_tiny_model(folder / "model", seed=1)))
+
+
+def _cue_solver(folder, p_right_given_cue: float, max_loss: float) -> str:
+    path = str(build_tiny_model(folder / "model", seed=0))
+    loss = train_cue_solver(path, p_right_given_cue=p_right_given_cue)
+    assert loss < max_loss, loss
+    return path
 
 
 @pytest.fixture(scope="session")
-def cue_ll_sure(cue_root):
+def cue_ll_sure(built_once):
     """A solver that answers right whenever the feedback carries the cue (and never otherwise)."""
-    path = build_tiny_model(cue_root / "ll_sure", seed=0)
-    loss = train_cue_solver(path, p_right_given_cue=1.0)
-    assert loss < 0.05, loss
-    return path
+    return built_once("cue_ll_sure", lambda folder: _cue_solver(folder, 1.0, max_loss=0.05))
 
 
 @pytest.fixture(scope="session")
-def cue_ll_unsure(cue_root):
+def cue_ll_unsure(built_once):
     """A solver that answers right about half the time when cued (and never otherwise): room for the LL to learn."""
-    path = build_tiny_model(cue_root / "ll_unsure", seed=0)
-    loss = train_cue_solver(path, p_right_given_cue=0.5)
-    assert loss < 0.6, loss
-    return path
+    return built_once("cue_ll_unsure", lambda folder: _cue_solver(folder, 0.5, max_loss=0.6))

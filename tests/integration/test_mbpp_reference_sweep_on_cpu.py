@@ -17,7 +17,7 @@ import pytest
 from agent_system.rewards import compute_score
 from agent_system.rewards.code_sandbox import SandboxLimits
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = pytest.mark.integration
 # The data lives beside the repository (../shared/data); MLMT_SHARED_DATA overrides.
 DATA = Path(os.environ.get("MLMT_SHARED_DATA", Path(__file__).resolve().parents[2].parent / "shared" / "data")) / "mbpp"
 ROOMY = SandboxLimits(timeout_s=120.0, per_test_s=60.0)

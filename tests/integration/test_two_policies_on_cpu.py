@@ -63,7 +63,7 @@ def _max_server_actor_gap(policy, rows):
     return (actor_lp - rows.batch["rollout_log_probs"])[mask].abs().max().item()
 
 
-@pytest.mark.parametrize("rollout", ["vllm", "hf"])
+@pytest.mark.parametrize("rollout", [pytest.param("vllm", marks=pytest.mark.slow(seconds=230)), "hf"])
 def test_two_models_independent_and_weight_sync(tiny_models, ray_per_test, rollout):
     from transformers import AutoTokenizer
 
