@@ -4,7 +4,7 @@ whose time limit falls mid-run completes all its steps across a requeue, none lo
 The test starts slurmctld, munged and two slurmd (scripts/local_slurm.sh; Slurm is installed by .ci/run) and submits
 the batch script in the seed's form, `sbatch -N2 --cpus-per-task=2 mlmt-configs/math/submit_mlmt.sbatch
 mlmt-configs/math/HLT_LLT_RR_1_1.sh key=value ...` (the link to mlmt-configs/submit_mlmt.sbatch), tiny models, 16
-steps, with `--time=5 --signal=B:USR1@240`: Slurm sends the batch script SIGUSR1 60 s into the run; a fast machine
+steps, with `--time=5 --signal=B:USR1@120`: Slurm sends the batch script SIGUSR1 180 s into the run; a fast machine
 can finish before that, so the test also sends the batch script the same signal (`scancel --batch --signal=USR1`),
 twice, as soon as step 1 is logged (a repeated warning must not end the trainer mid-checkpoint). The script forwards
 it to the trainer, which finishes its step, writes a checkpoint and exits 75; the script stops Ray and runs
@@ -99,7 +99,9 @@ def test_sbatch_two_nodes_time_limit_warning_checkpoints_requeues_and_resumes(sl
         f"-N{NODES}",
         "--cpus-per-task=2",  # the script passes it on to each `srun` (-c) and to Ray (--num-cpus), as on a GPU cluster
         "--time=5",  # room for a start-up on a machine that runs another test beside this one (CI runs two)
-        "--signal=B:USR1@240",
+        # Slurm's own warning 180 s in: after the trainer has installed its handler even when two tests share the
+        # machine (a warning 60 s in reached a CI run's trainer while it still imported, which the script requeues)
+        "--signal=B:USR1@120",
         f"--output={log}",
         f"--chdir={REPO}",
         str(REPO / "mlmt-configs/math/submit_mlmt.sbatch"),
@@ -141,7 +143,7 @@ def test_sbatch_two_nodes_time_limit_warning_checkpoints_requeues_and_resumes(sl
     while time.monotonic() - started < 900:  # a hang guard: about 3-5 min
         fields = _job_fields(job_id, env)
         state, restarts = fields.get("JobState"), fields.get("Restarts", "0")
-        # Slurm's own warning comes 60 s into the job; a fast machine can finish before it. Send the same signal to
+        # Slurm's own warning comes 180 s into the job; a fast machine can finish before it. Send the same signal to
         # the batch script once the first step is done, as Slurm does (--signal=B:USR1): the run is then mid-way
         # whatever the machine's speed. Twice: a repeated warning (on a slow machine Slurm's own comes too) must not
         # kill the trainer while it writes its checkpoint (it did: the job ended FAILED).
