@@ -8,13 +8,17 @@
 # The pytest args go to every tier's run. Each tier runs even when an earlier one failed; the exit status is 1 when
 # any tier failed. A bare `pytest` runs the unit tier alone (pyproject.toml's testpaths).
 #
-# Every tier runs on MLMT_TEST_WORKERS pytest-xdist workers (default 2; 1 runs one test at a time). Its tests are
-# independent (each has its own Ray cluster, ports and folders), and one integration or e2e run leaves a core idle
-# about half of the time: its processes (driver, workers, servers) mostly take turns, each on one thread. Two runs
-# at once peak at about 17 GB. The integration and e2e tiers hand out one test at a time, the longest `slow` ones
-# first (tests/conftest.py), so that no long test starts last. With several workers, every process computes on one
-# thread (OMP_NUM_THREADS=1, as Ray gives its workers): two processes each spinning two OpenMP threads on 2 cores
-# slowed each other sixfold (training the cue task's solver: 55 s alone; two at once 6 min, 86 s on one thread each).
+# The unit and e2e tiers run on two pytest-xdist workers, the integration tier one test at a time (MLMT_TEST_WORKERS
+# sets every tier's count; 1 runs one test at a time). Tests are independent (each has its own Ray cluster, ports and
+# folders), and one e2e run leaves a core idle 35-50 % of the time: its processes (driver, workers, servers) mostly
+# take turns, each on one thread. Two runs at once peak at about 17 GB. The integration tier's two-node Slurm job,
+# vLLM servers and golds check beside another test's Ray start made that start abort once: Ray's raylet waits at most
+# 15 s for its dashboard agent, which took 17 s to import (docs/MEASUREMENTS.md, "Two tests at a time").
+#
+# On several workers, the integration and e2e tiers hand out one test at a time, the longest `slow` ones first
+# (tests/conftest.py), so that no long test starts last; and every process computes on one thread
+# (OMP_NUM_THREADS=1, as Ray gives its workers): two processes each spinning two OpenMP threads on 2 cores slowed each
+# other sixfold (training the cue task's solver: 55 s alone; two at once 6 min, 86 s on one thread each).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install.sh
@@ -32,13 +36,17 @@ for tier in $tiers; do
   status=0
   # --durations=15: the slowest tests; tests/_ci_guard.py prints the tier's peak memory and any leftover processes.
   parallel=()
-  if [ "${MLMT_TEST_WORKERS:-2}" -gt 1 ]; then
-    parallel=(-n "${MLMT_TEST_WORKERS:-2}")
-    export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
+  threads=()
+  workers=2
+  [ "$tier" != integration ] || workers=1
+  workers="${MLMT_TEST_WORKERS:-$workers}"
+  if [ "$workers" -gt 1 ]; then
+    parallel=(-n "$workers")
+    threads=(env "OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}")
     # the unit tier's hundreds of short tests go in batches; one test at a time for the others
     [ "$tier" = unit ] || parallel+=(--dist load --maxschedchunk 1)
   fi
-  .venv/bin/python -m pytest -q -p no:cacheprovider --durations=15 "${parallel[@]}" "$@" "tests/$tier" || status=$?
+  "${threads[@]}" .venv/bin/python -m pytest -q -p no:cacheprovider --durations=15 "${parallel[@]}" "$@" "tests/$tier" || status=$?
   seconds=$(($(date +%s) - started))
   case $status in
     0) verdict=passed ;;
