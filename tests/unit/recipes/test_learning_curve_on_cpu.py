@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from agent_system.recipes.learning_curve import learning_curves, main, standard_error
+from agent_system.recipes.learning_curve import learning_curves, main, markdown, standard_error
 
 
 def _record(problem: int, r1: float, r3: float, cut_attempt: bool = False) -> dict:
@@ -63,13 +63,18 @@ def test_curves_accuracies_standard_errors_and_paired_tests(tmp_path):
     assert first["truncated"] == {"attempt": 0.75, "feedback": 0.0, "refinement": 0.0}
     assert result["curves"]["frozen_hl"][1]["acc@t1"] == 0.125
     tests = {(t["what"], t["key"]): t for t in result["paired_tests"]}
-    # mlmt step 4 vs step 0, turn 1: problems 2, 3, 4 went right, none went wrong -> p = 2 · (1/2)^3 = 0.25
-    within = tests[("mlmt step 4 vs step 0", "R1")]
+    # mlmt step 0 vs step 4, turn 1: problems 2, 3, 4 went right, none went wrong -> p = 2 · (1/2)^3 = 0.25
+    within = tests[("mlmt step 0 vs step 4", "R1")]
     assert (within["shared"], within["a_better"], within["b_better"]) == (8, 0, 3)
     assert within["p_value"] == pytest.approx(0.25)
-    # frozen_hl vs mlmt at step 4, final: mlmt right on 2-6 where frozen_hl is wrong (5 discordant) -> p = 2/32
-    across = tests[("frozen_hl vs mlmt at step 4", "R3")]
+    # mlmt vs frozen_hl at step 4, final: mlmt right on 2-6 where frozen_hl is wrong (5 discordant) -> p = 2/32
+    across = tests[("mlmt vs frozen_hl at step 4", "R3")]
     assert (across["a_better"], across["b_better"]) == (5, 0) and across["p_value"] == pytest.approx(0.0625)
+    # the table names A and B in the order of its counts (it once read "step 4 vs step 0" over step 0's count first)
+    table = markdown(result)
+    assert "| exact paired test (McNemar): A vs B | turn | shared | right on A only | right on B only | p |" in table
+    assert "| mlmt step 0 vs step 4 | t1 | 8 | 0 | 3 | 0.250 |" in table
+    assert "| mlmt vs frozen_hl at step 4 | final | 8 | 5 | 0 | 0.062 |" in table
 
 
 def test_a_problem_twice_in_one_validation_is_refused(tmp_path):
