@@ -33,6 +33,7 @@ SHOW_ALL_ENV = "MLMT_SHOW_ALL_LOGS"
 LOG_DIR_ENV = "MLMT_RUN_LOG_DIR"  # set in the Ray workers' environment: where redirect_worker_output writes
 WORKER_HOOK = f"{__name__}.redirect_worker_output"
 LEARNING_DOC = "docs/MEASUREMENTS.md (Learning tests)"
+REAL_MODEL_DEMO = "bash recipes/learning_demo/run_learning_demo.sh"
 GPU_DOC = "docs/GPU_RUN.md"
 NOISE_SIGMAS = 2.0  # a change within this many standard errors is reported as within noise
 
@@ -305,5 +306,6 @@ def final_summary(history: list[dict], first_val: dict | None, last_val: dict | 
         elif not first_val:
             head += "; no validation before training (trainer.val_before_train=false): accuracy change not measured"
         lines.append("  " + head)
-    lines.append(f"  learning shown on tiny models (CPU): {LEARNING_DOC}; a GPU run: {GPU_DOC}")
+    lines.append(f"  learning shown on tiny models (CPU): {LEARNING_DOC}; with SmolLM2: {REAL_MODEL_DEMO}")
+    lines.append(f"  a GPU run: {GPU_DOC}")
     return lines

@@ -7,9 +7,12 @@ import math
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 from types import SimpleNamespace
 
 from agent_system.trainer.console import Accuracy, final_summary, step_line
+
+REPO = Path(__file__).resolve().parents[3]
 
 
 def test_step_line_has_the_watched_metrics_and_skips_other_records():
@@ -60,7 +63,9 @@ def test_final_summary_per_level():
     assert ll.startswith("  LL: 2 update(s), mean |advantage| 0.3000, KL from the reference 0.0200 mean, 0.0300 last")
     assert "acc@t1 0.250 → 0.750 on 64 problems" in ll and "beyond noise" in ll
     assert hl.startswith("  HL: 0 update(s) (frozen)") and "acc@t3 0.500 → 0.500 on 64 problems" in hl
-    assert "docs/GPU_RUN.md" in lines[-1] and "docs/MEASUREMENTS.md" in lines[-1]
+    assert "docs/MEASUREMENTS.md" in lines[-2] and "bash recipes/learning_demo/run_learning_demo.sh" in lines[-2]
+    assert lines[-1] == "  a GPU run: docs/GPU_RUN.md"
+    assert (REPO / "recipes/learning_demo/run_learning_demo.sh").is_file()  # the command points at the recipe
     no_ref = final_summary(history, None, last, 64, _plan("none (no β > 0)", hl_frozen=False))
     assert "not measured (no reference model)" in no_ref[1] and "no validation before training" in no_ref[1]
 
