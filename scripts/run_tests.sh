@@ -8,12 +8,12 @@
 # The pytest args go to every tier's run. Each tier runs even when an earlier one failed; the exit status is 1 when
 # any tier failed. A bare `pytest` runs the unit tier alone (pyproject.toml's testpaths).
 #
-# The unit and e2e tiers run on two pytest-xdist workers, the integration tier one test at a time (MLMT_TEST_WORKERS
-# sets every tier's count; 1 runs one test at a time). Tests are independent (each has its own Ray cluster, ports and
-# folders), and one e2e run leaves a core idle 35-50 % of the time: its processes (driver, workers, servers) mostly
-# take turns, each on one thread. Two runs at once peak at about 17 GB. The integration tier's two-node Slurm job,
-# vLLM servers and golds check beside another test's Ray start made that start abort once: Ray's raylet waits at most
-# 15 s for its dashboard agent, which took 17 s to import (docs/MEASUREMENTS.md, "Two tests at a time").
+# Every tier runs on two pytest-xdist workers (MLMT_TEST_WORKERS sets every tier's count; 1 runs one test at a time).
+# Tests are independent (each has its own Ray cluster, ports and folders), and one e2e run leaves a core idle 35-50 %
+# of the time: its processes (driver, workers, servers) mostly take turns, each on one thread. Two runs at once peak
+# at about 17 GB. On a machine that busy, Ray's raylet can abort a local start (it waits at most 15 s for its
+# dashboard agent to import); the trainer and the tests' Ray fixtures start again then (start_local_ray in
+# agent_system/trainer/main.py; docs/MEASUREMENTS.md, "Two tests at a time").
 #
 # On several workers, the integration and e2e tiers hand out one test at a time, the longest `slow` ones first
 # (tests/conftest.py), so that no long test starts last; and every process computes on one thread
@@ -37,9 +37,7 @@ for tier in $tiers; do
   # --durations=15: the slowest tests; tests/_ci_guard.py prints the tier's peak memory and any leftover processes.
   parallel=()
   threads=()
-  workers=2
-  [ "$tier" != integration ] || workers=1
-  workers="${MLMT_TEST_WORKERS:-$workers}"
+  workers="${MLMT_TEST_WORKERS:-2}"
   if [ "$workers" -gt 1 ]; then
     parallel=(-n "$workers")
     threads=(env "OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}")

@@ -23,7 +23,7 @@ ours (see above), were created after the test began and do not descend from an o
 (the workers of a session-scoped Ray cluster belong to that fixture) are touched; multiprocessing's resource
 tracker and forkserver, which live as long as pytest, are left alone.
 
-Under pytest-xdist (``-n N``, the unit and e2e tiers in scripts/run_tests.sh) the controller samples memory: its
+Under pytest-xdist (``-n N``, every tier in scripts/run_tests.sh) the controller samples memory: its
 process tree holds every worker and what they start, so the peak is that of the tests running together (two e2e runs
 peak at about 17 GB), and a sample is charged to the test started last. Each worker looks
 after the processes of its own tests and hands what it killed to the controller through the test's report, so the

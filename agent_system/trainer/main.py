@@ -11,6 +11,7 @@ start one and set ``RAY_ADDRESS``).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
@@ -190,6 +191,46 @@ def check_prompt_budget(config: DictConfig, prompts, tokenizers: dict, frames: d
                 f"or leave the longest problems out of {key}"
             )
         logger.info("prompt budget: the largest %s prompt of %s needs %d of %d tokens", name, key, tokens, budget)
+
+
+# what ray.init raises when its new node did not register in time
+RAY_NODE_START_TIMEOUT = "The current node timed out during startup"
+
+
+def start_local_ray(ray, attempts: int = 3, **init_args) -> None:
+    """Start a new local Ray instance: ``ray.init(address="local", **init_args)``, again when its node did not start.
+
+    Ray's raylet waits a fixed 15 s for its dashboard agent (a Python process it launches, always, dashboard or not)
+    to report its ports, and aborts when the agent is slower to import, as on a loaded machine; ``ray.init`` then
+    raises "The current node timed out during startup" 30 s after it began (docs/MEASUREMENTS.md, "Two tests at a
+    time"). Only that failure is retried, after a warning that names it, and after stopping what the failed start
+    left running (its GCS server and helper processes: ``ray.shutdown`` does not know them). Any other error, and
+    the last attempt's, is raised."""
+    import psutil
+
+    for attempt in range(1, attempts + 1):
+        before = {child.pid for child in psutil.Process().children(recursive=True)}
+        try:
+            ray.init(address="local", **init_args)
+            return
+        except Exception as error:
+            if RAY_NODE_START_TIMEOUT not in str(error) or attempt == attempts:
+                raise
+            left = [child for child in psutil.Process().children(recursive=True) if child.pid not in before]
+            for child in left:
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    child.kill()
+            psutil.wait_procs(left, timeout=10)
+            ray.shutdown()
+            logger.warning(
+                "Ray's local node did not start (attempt %d of %d: %s). Its raylet waits at most 15 s for its "
+                "dashboard agent, which a loaded machine can make slower; stopped the %d process(es) that start "
+                "left, starting again",
+                attempt,
+                attempts,
+                error,
+                len(left),
+            )
 
 
 def wait_for_nodes(expected: int, nodes, timeout_s: float = 300.0, poll_s: float = 1.0) -> list[dict]:
@@ -379,7 +420,7 @@ def _train(config: DictConfig, run_console) -> dict:
             else:
                 resources = {k: v for k, v in ray_init.items() if v is not None}
                 # address="local": always a new local instance, never a cluster some `ray start` left on this machine
-                ray.init(address="local", **resources, include_dashboard=False, runtime_env=runtime_env, **init_logs)
+                start_local_ray(ray, **resources, include_dashboard=False, runtime_env=runtime_env, **init_logs)
                 alive = [node for node in ray.nodes() if node["Alive"]]
         logger.info("Ray: %d alive node(s), resources %s", len(alive), ray.cluster_resources())
     trainer = None

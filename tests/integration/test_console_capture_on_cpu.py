@@ -1,7 +1,7 @@
 """A Ray worker's output goes to ``<run>/logs/worker-<pid>.log`` (its subprocesses' too), never to the driver's
 console, and an exception raised in the worker still reaches the console with the worker's traceback.
 
-A child process stands for the driver (``RunConsole`` + ``ray.init`` with the settings of
+A child process stands for the driver (``RunConsole`` + ``start_local_ray`` with the settings of
 ``agent_system.trainer.console.ray_settings``, as ``main.run_mlmt`` does); its terminal is what a user sees.
 Starts a local Ray instance (about 20 s).
 """
@@ -22,6 +22,7 @@ DRIVER = textwrap.dedent(
     import os, sys
     import ray
     from agent_system.trainer.console import RunConsole, ray_settings
+    from agent_system.trainer.main import start_local_ray
 
     @ray.remote(num_cpus=1)
     class Noisy:
@@ -34,7 +35,7 @@ DRIVER = textwrap.dedent(
 
     with RunConsole(sys.argv[1]) as console:
         init, env = ray_settings(console.log_dir)
-        ray.init(address="local", num_cpus=1, include_dashboard=False, runtime_env=env, **init)
+        start_local_ray(ray, num_cpus=1, include_dashboard=False, runtime_env=env, **init)
         try:
             actor = Noisy.remote()
             ray.get(actor.fail_deep_inside.remote())

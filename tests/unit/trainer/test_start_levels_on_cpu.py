@@ -1,10 +1,12 @@
 """Start-up of a run (agent_system.trainer.main): under split placement both levels' ``init`` run at the same time,
 colocated levels one after the other, and an error in either level reaches the caller once both have returned; on an
-existing cluster the driver waits until every node of the job (``trainer.nnodes``) has joined.
+existing cluster the driver waits until every node of the job (``trainer.nnodes``) has joined; a local Ray start is
+retried only when its node timed out during start-up.
 
 The groups here are recorders with PolicyGroup's ``init`` signature and the node lists stand in for ``ray.nodes``:
 what is tested is the driver's scheduling of the calls (PolicyGroup.init runs in every integration and e2e test, and
-the wait in the real two-node Slurm job, tests/integration/test_slurm_sbatch_on_cpu.py).
+the wait in the real two-node Slurm job, tests/integration/test_slurm_sbatch_on_cpu.py); ``FlakyRay`` stands in for
+``ray`` to count the starts (a real node that misses Ray's wait: tests/integration/test_ray_start_retry_on_cpu.py).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import time
 
 import pytest
 
-from agent_system.trainer.main import start_policy_groups, wait_for_nodes
+from agent_system.trainer.main import RAY_NODE_START_TIMEOUT, start_local_ray, start_policy_groups, wait_for_nodes
 
 
 class Recorder:
@@ -87,3 +89,38 @@ def test_the_driver_waits_for_every_node_of_the_job():
 def test_nodes_that_never_join_are_an_error_naming_the_key():
     with pytest.raises(RuntimeError, match=r"trainer.nnodes=3, but only 2 Ray node\(s\) joined"):
         wait_for_nodes(3, Joining(total=2), timeout_s=0.05, poll_s=0.01)
+
+
+class FlakyRay:
+    """``ray.init`` raising the given errors in turn, then starting; records each call."""
+
+    def __init__(self, *errors: Exception):
+        self.errors, self.calls, self.shutdowns = list(errors), [], 0
+
+    def init(self, **kwargs) -> None:
+        self.calls.append(kwargs)
+        if self.errors:
+            raise self.errors.pop(0)
+
+    def shutdown(self) -> None:
+        self.shutdowns += 1
+
+
+def test_a_node_start_time_out_is_retried_with_the_same_arguments(caplog):
+    ray = FlakyRay(Exception(RAY_NODE_START_TIMEOUT + ". This could happen because ..."))
+    with caplog.at_level(logging.WARNING, logger="agent_system"):
+        start_local_ray(ray, num_cpus=3, include_dashboard=False)
+    assert ray.calls == [{"address": "local", "num_cpus": 3, "include_dashboard": False}] * 2
+    assert ray.shutdowns == 1
+    assert "Ray's local node did not start (attempt 1 of 3" in caplog.text
+
+
+def test_other_start_errors_and_the_last_time_out_are_raised():
+    ray = FlakyRay(ValueError("bad num_cpus"))
+    with pytest.raises(ValueError, match="bad num_cpus"):
+        start_local_ray(ray, num_cpus=-1)
+    assert len(ray.calls) == 1  # not retried
+    ray = FlakyRay(*[Exception(RAY_NODE_START_TIMEOUT)] * 3)
+    with pytest.raises(Exception, match=RAY_NODE_START_TIMEOUT):
+        start_local_ray(ray, attempts=3)
+    assert len(ray.calls) == 3
