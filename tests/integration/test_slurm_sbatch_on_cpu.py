@@ -93,6 +93,14 @@ def _job_ray_processes(job_id: str) -> list[int]:
     return found
 
 
+def _digest(text: str) -> str:
+    """The job's output for a failure message: the script's and Slurm's own lines and Ray's start-up lines (what each
+    start did, which a plain tail loses under a node's repeated connection errors), then the last 3,000 characters."""
+    marks = re.compile(r"^(MLMT job|srun|slurmstepd)|Ray runtime started|Local node IP|exited|Error")
+    lines = [line for line in text.splitlines() if marks.search(line)][-60:]
+    return "\n".join(["[the job's own lines]", *lines, "[the end of its output]", text[-3000:]])
+
+
 @pytest.mark.slow(seconds=300)
 def test_sbatch_two_nodes_time_limit_warning_checkpoints_requeues_and_resumes(slurm_cluster, tiny_models, tmp_path):
     before = _ray_daemons()
@@ -179,14 +187,14 @@ def test_sbatch_two_nodes_time_limit_warning_checkpoints_requeues_and_resumes(sl
     steps = [int(n) for n in re.findall(r"^step:(\d+) - train/", text, flags=re.MULTILINE)]
     starts = re.findall(rf"^MLMT job \d+: start (\d+) on {NODES} node\(s\)", text, flags=re.MULTILINE)
     print(f"job {job_id}: {fields.get('JobState')} after {len(starts)} start(s); steps in order: {steps}")
-    assert fields.get("JobState") == "COMPLETED", text[-5000:]
-    assert warned_at_start and warned_after_step, text[-5000:]
+    assert fields.get("JobState") == "COMPLETED", _digest(text)
+    assert warned_at_start and warned_after_step, _digest(text)
     # the warning during the first start's imports ended its trainer (128 + SIGUSR1), and the job was requeued
-    assert "the stop request ended the trainer during its start-up (exit 138); requeue" in text, text[-5000:]
-    assert len(starts) >= 3 and "SIGUSR1: stopped after step" in text, text[-5000:]  # then the checkpoint's requeue
+    assert "the stop request ended the trainer during its start-up (exit 138); requeue" in text, _digest(text)
+    assert len(starts) >= 3 and "SIGUSR1: stopped after step" in text, _digest(text)  # then the checkpoint's requeue
     alive = re.findall(r"Ray: (\d+) alive node\(s\)", text)  # the driver's view of the cluster, at each start
-    assert len(alive) >= 2 and set(alive) == {str(NODES)}, (alive, text[-5000:])
-    assert "ll/pg_loss" in text, text[-5000:]
+    assert len(alive) >= 2 and set(alive) == {str(NODES)}, (alive, _digest(text))
+    assert "ll/pg_loss" in text, _digest(text)
     assert steps == list(range(1, TOTAL_STEPS + 1)), steps  # every step once, in order, across the requeue(s)
     assert "resumed from" in text
     assert not _job_ray_processes(job_id), "Ray processes outlived the Slurm job"

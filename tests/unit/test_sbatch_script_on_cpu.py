@@ -1,0 +1,133 @@
+"""mlmt-configs/submit_mlmt.sbatch: the allocation's counts reach Ray and each `srun`; the Ray nodes are stopped even
+when an `srun` misses the stop signal; a Ray head that exits during start-up fails the job before the trainer starts.
+
+The batch script runs through bash with stand-ins for `srun`, `scontrol`, `ray` and the Python (each logs its argv; a
+Ray node's `srun` runs until it is signalled), and Slurm's variables of a 2-node job. What is checked is the script's
+own logic; the real Slurm run is tests/integration/test_slurm_sbatch_on_cpu.py.
+
+Why a stand-in `srun` that misses a SIGTERM: a real one can miss a signal that comes while it is still launching its
+job step, and then runs on (measured on Slurm 22.05: 1 of 26 signals sent 5-30 ms after its start). A CI run met it:
+the trainer ended at once, the script's clean-up signalled a worker's `srun` that had just started, and its bare `wait`
+held the job until its time limit. That timing cannot be produced on demand with a real Slurm.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+REPO = Path(__file__).resolve().parents[1].parent
+SCRIPT = REPO / "mlmt-configs" / "submit_mlmt.sbatch"
+
+STAND_IN = """#!/usr/bin/env bash
+echo "$(basename "$0") $*" >> "$CALLS"
+case "$(basename "$0") $*" in
+  "scontrol show hostnames"*) printf 'n1\\nn2\\n' ;;
+  srun*hostname*) echo 10.0.0.1 ;;
+  "ray status"*) exit "$RAY_STATUS" ;;
+  python*)  # the trainer: ends once both Ray nodes run (a node signalled before it set its trap is not the case tested)
+    for _ in $(seq 300); do [ "$(wc -l < "$CALLS.nodes" 2>/dev/null || echo 0)" -ge 2 ] && break; sleep 0.1; done ;;
+  srun*" start "*)  # a Ray node: runs until stopped; misses $MISSED SIGTERMs first (all of them: "all")
+    case " $* " in *" --head "*) [ -z "$HEAD_EXITS" ] || exit "$HEAD_EXITS" ;; esac
+    missed=0
+    on_term() {
+      echo "TERM $$" >> "$CALLS.terms"
+      missed=$((missed + 1))
+      [ "$MISSED" = all ] || [ "$missed" -le "$MISSED" ] || exit 143
+    }
+    trap on_term TERM
+    echo $$ >> "$CALLS.nodes"
+    for _ in $(seq 3000); do sleep 0.1; done ;;
+esac
+exit 0
+"""
+
+
+def _run(tmp_path: Path, timeout: float, **env_extra: str) -> tuple[subprocess.CompletedProcess, Path]:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name in ("srun", "scontrol", "ray", "python"):
+        (bin_dir / name).write_text(STAND_IN)
+        (bin_dir / name).chmod(0o755)
+    calls = tmp_path / "calls"
+    env = {
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "CALLS": str(calls),
+        "MLMT_PYTHON": str(bin_dir / "python"),
+        "SLURM_SUBMIT_DIR": str(tmp_path),
+        "SLURM_JOB_ID": "1234",
+        "SLURM_JOB_NODELIST": "n[1-2]",
+        "TMPDIR": str(tmp_path),
+        "RAY_STATUS": "0",
+        "MISSED": "0",
+        "HEAD_EXITS": "",
+        **env_extra,
+    }
+    result = subprocess.run(["bash", str(SCRIPT), "trainer.total_training_steps=1"], env=env, capture_output=True,
+                            text=True, timeout=timeout)  # fmt: skip
+    return result, calls
+
+
+def _running(pids: list[int]) -> list[int]:
+    deadline = time.monotonic() + 5  # a killed stand-in's last `sleep 0.1` ends within a moment
+    while True:
+        alive = [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+        if not alive or time.monotonic() > deadline:
+            return alive
+        time.sleep(0.1)
+
+
+def _terms(calls: Path) -> list[str]:
+    terms = Path(f"{calls}.terms")
+    return terms.read_text().split("\n")[:-1] if terms.exists() else []
+
+
+def test_an_srun_that_missed_the_stop_signal_is_asked_again_and_the_job_ends(tmp_path):
+    # before the fix the script's `wait` blocked here until the time-out (the job until its time limit)
+    result, calls = _run(tmp_path, timeout=40, MISSED="1")
+    assert result.returncode == 0, result.stderr
+    nodes = [int(pid) for pid in Path(f"{calls}.nodes").read_text().split()]
+    assert len(nodes) == 2  # the head and the second node
+    assert sorted(_terms(calls)) == sorted(f"TERM {pid}" for pid in nodes for _ in range(2))  # missed, then ended
+    assert not _running(nodes)
+
+
+@pytest.mark.slow(seconds=60)
+def test_an_srun_that_ignores_every_stop_signal_is_killed_after_the_grace(tmp_path):
+    result, calls = _run(tmp_path, timeout=90, MISSED="all")
+    assert result.returncode == 0, result.stderr
+    nodes = [int(pid) for pid in Path(f"{calls}.nodes").read_text().split()]
+    assert len(nodes) == 2
+    assert len(_terms(calls)) == 2 * 10  # asked every 5 s for 45 s, then killed
+    assert not _running(nodes)
+
+
+def test_a_ray_head_that_exits_during_start_up_fails_the_job_before_the_trainer(tmp_path):
+    # before, the script polled `ray status` for 120 s and then started a trainer that could not reach the cluster
+    result, calls = _run(tmp_path, timeout=30, RAY_STATUS="1", HEAD_EXITS="1")
+    assert result.returncode == 1
+    assert "MLMT job 1234: the Ray head on n1 exited during its start-up" in result.stderr
+    assert not any(call.startswith("python") for call in calls.read_text().splitlines())
+
+
+def test_ray_gets_the_allocations_cpus_and_gpus_and_srun_its_cpus(tmp_path):
+    result, calls = _run(tmp_path, timeout=60, SLURM_CPUS_PER_TASK="8", SLURM_GPUS_PER_NODE="h100:4")
+    assert result.returncode == 0, result.stderr
+    lines = calls.read_text().splitlines()
+    starts = [call for call in lines if call.startswith("srun") and " start " in call]
+    assert len(starts) == 2, starts  # the head and the second node
+    for call in starts:
+        assert "--cpus-per-task=8" in call and "--num-cpus=8" in call and "--num-gpus=4" in call, call
+    assert any(call.startswith("python -m verl.trainer.main_mlmt trainer.nnodes=2") for call in lines), lines
+
+
+def test_without_slurm_counts_ray_counts_the_node_itself(tmp_path):
+    result, calls = _run(tmp_path, timeout=60)
+    assert result.returncode == 0, result.stderr
+    starts = [call for call in calls.read_text().splitlines() if call.startswith("srun") and " start " in call]
+    assert len(starts) == 2 and not any("--num-" in call or "--cpus-per-task" in call for call in starts), starts
