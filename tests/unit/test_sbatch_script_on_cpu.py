@@ -73,25 +73,36 @@ def _run(tmp_path: Path, timeout: float, **env_extra: str) -> tuple[subprocess.C
     return result, calls
 
 
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:  # also when it exits between the lookup and the status
+        return False
+
+
 def _running(pids: list[int]) -> list[int]:
     deadline = time.monotonic() + 5  # a killed stand-in's last `sleep 0.1` ends within a moment
     while True:
-        alive = [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+        alive = [pid for pid in pids if _alive(pid)]
         if not alive or time.monotonic() > deadline:
             return alive
         time.sleep(0.1)
 
 
+def _node_pids(calls: Path) -> list[int]:
+    return [int(pid) for pid in Path(f"{calls}.nodes").read_text().split()]
+
+
 def _terms(calls: Path) -> list[str]:
     terms = Path(f"{calls}.terms")
-    return terms.read_text().split("\n")[:-1] if terms.exists() else []
+    return terms.read_text().splitlines() if terms.exists() else []
 
 
 def test_an_srun_that_missed_the_stop_signal_is_asked_again_and_the_job_ends(tmp_path):
     # before the fix the script's `wait` blocked here until the time-out (the job until its time limit)
     result, calls = _run(tmp_path, timeout=40, MISSED="1")
     assert result.returncode == 0, result.stderr
-    nodes = [int(pid) for pid in Path(f"{calls}.nodes").read_text().split()]
+    nodes = _node_pids(calls)
     assert len(nodes) == 2  # the head and the second node
     assert sorted(_terms(calls)) == sorted(f"TERM {pid}" for pid in nodes for _ in range(2))  # missed, then ended
     assert not _running(nodes)
@@ -101,7 +112,7 @@ def test_an_srun_that_missed_the_stop_signal_is_asked_again_and_the_job_ends(tmp
 def test_an_srun_that_ignores_every_stop_signal_is_killed_after_the_grace(tmp_path):
     result, calls = _run(tmp_path, timeout=90, MISSED="all")
     assert result.returncode == 0, result.stderr
-    nodes = [int(pid) for pid in Path(f"{calls}.nodes").read_text().split()]
+    nodes = _node_pids(calls)
     assert len(nodes) == 2
     assert len(_terms(calls)) == 2 * 10  # asked every 5 s for 45 s, then killed
     assert not _running(nodes)
