@@ -23,6 +23,7 @@ All tensors cross this boundary as ``DataProto`` with left-padded prompts and ri
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -132,15 +133,29 @@ class PolicyGroup:
         """Raise, naming them, when rollout servers of this level died (Ray's OOM killer, a crash).
 
         A weight sync sent to a dead server waits forever instead of failing (measured: a run whose HL vLLM server
-        Ray's OOM killer stopped hung in the HL's sync), so every wake-up asks each server first. A server that is
-        alive but does not answer within ``timeout_s`` is only logged."""
+        Ray's OOM killer stopped hung in the HL's sync), so every wake-up asks each server first, and
+        :meth:`push_weights` asks again while the sync runs. A server that is alive but does not answer within
+        ``timeout_s`` is only logged."""
+        dead, silent = self._server_states(timeout_s)
+        if dead:
+            raise self._servers_died(dead)
+        if silent:
+            logger.warning(
+                "%s rollout server(s) of replica(s) %s did not answer within %.0f s",
+                self.level.upper(),
+                silent,
+                timeout_s,
+            )
+
+    def _server_states(self, timeout_s: float) -> tuple[list[str], list[int]]:
+        """The dead servers (``replica R: Ray's reason``) and the replicas whose servers did not answer in time."""
         servers = [
             (rank, server)
             for rank, replica in enumerate(self.checkpoint_manager.replicas)
             for server in replica.servers
         ]
         if not servers:
-            return
+            return [], []
         pings = {server.__ray_ready__.remote(): rank for rank, server in servers}
         ready, pending = ray.wait(list(pings), num_returns=len(pings), timeout=timeout_s)
         dead = []
@@ -149,26 +164,51 @@ class PolicyGroup:
                 ray.get(ref)
             except ray.exceptions.RayActorError as error:
                 dead.append(f"replica {pings[ref]}: {str(error).strip().splitlines()[0]}")
-        if dead:
-            raise RuntimeError(
-                f"{self.level.upper()} rollout server(s) died, the run cannot go on: {'; '.join(dead)}. Ray's "
-                "memory monitor stops the largest process when the node runs out of memory: see the workers' logs "
-                f"(logs/ in the run folder) and lower {rollout_memory_keys(self.level, self.config.rollout.name)} "
-                "or data.train_batch_size; resume from the last checkpoint with trainer.resume_mode=auto."
-            )
-        if pending:
-            logger.warning(
-                "%s rollout server(s) of replica(s) %s did not answer within %.0f s",
-                self.level.upper(),
-                sorted({pings[ref] for ref in pending}),
-                timeout_s,
-            )
+        return dead, sorted({pings[ref] for ref in pending})
+
+    def _servers_died(self, dead: list[str]) -> RuntimeError:
+        return RuntimeError(
+            f"{self.level.upper()} rollout server(s) died, the run cannot go on: {'; '.join(dead)}. Ray's "
+            "memory monitor stops the largest process when the node runs out of memory: see the workers' logs "
+            f"(logs/ in the run folder) and lower {rollout_memory_keys(self.level, self.config.rollout.name)} "
+            "or data.train_batch_size; resume from the last checkpoint with trainer.resume_mode=auto."
+        )
+
+    def push_weights(self, global_steps: int, watch_s: float = 10.0) -> None:
+        """Load the actor's weights into the servers (verl's weight sync), raising when a server dies meanwhile.
+
+        verl's sync waits for ever on a server that is dead: one that dies during the sync, or one that died just
+        before it but still answered the wake-up's check (Ray reports an actor dead a moment after it stops:
+        measured, 2 of 20 pings sent right after ``ray.kill`` were answered). So the sync runs in a thread while
+        this one asks the servers every ``watch_s`` seconds and raises, naming them, when one died; a sync that
+        failed on a dead server raises the same error."""
+        finished = threading.Event()
+        failure: list[BaseException] = []
+
+        def push() -> None:
+            try:
+                self.checkpoint_manager.update_weights(global_steps=global_steps)
+            except BaseException as error:  # noqa: BLE001 - raised again in the caller's thread
+                failure.append(error)
+            finally:
+                finished.set()
+
+        threading.Thread(target=push, name=f"{self.level}-weight-sync", daemon=True).start()
+        while not finished.wait(watch_s):
+            dead, _ = self._server_states(watch_s)
+            if dead:
+                raise self._servers_died(dead)
+        if failure:
+            dead, _ = self._server_states(watch_s)
+            if dead:
+                raise self._servers_died(dead) from failure[0]
+            raise failure[0]
 
     def wake_up(self, global_steps: int) -> None:
         """Before generating: load the actor's weights into the servers if they are stale or were freed by sleep."""
         self.check_servers_alive()
         if not self._rollout_current:
-            self.checkpoint_manager.update_weights(global_steps=global_steps)
+            self.push_weights(global_steps)
             self._rollout_current = True
             self.weight_syncs += 1
 

@@ -7,7 +7,8 @@ Checks: both levels' servers start side by side (verl names vLLM servers by repl
 the HL's server name is taken); after the first wake-up each server serves its actor's weights (vLLM starts from
 dummy weights); updating one model leaves the other's log-probs unchanged; before a weight sync the updated
 model's rollout server disagrees with its actor, after the sync they agree (fp32 on CPU: max |Δ log-prob| below
-1e-3); a sync into a killed server stops with a message naming it.
+1e-3); a sync into a killed server stops with a message naming it, both when the wake-up's check finds it dead and
+when the sync itself is sent to it (the sync's watch finds it).
 """
 
 from __future__ import annotations
@@ -127,33 +128,41 @@ def test_two_models_independent_and_weight_sync(tiny_models, ray_per_test, rollo
         assert _max_server_actor_gap(ll, again) < SYNC_TOLERANCE
 
     # A rollout server that died (here killed, as Ray's OOM killer does) stops the next sync with a message naming
-    # it; before, the sync into a dead vLLM server waited forever.
+    # it; before, the sync into a dead vLLM server waited forever. First the wake-up's check finds it dead, then the
+    # sync's own watch does, as when a server dies during the sync or answers the check just before it dies.
     _kill_servers(hl)
+    for sync in (lambda: (hl.sync_weights(global_steps=2), hl.wake_up(global_steps=2)),
+                 lambda: hl.push_weights(global_steps=3, watch_s=2.0)):  # fmt: skip
+        error = _error_within(sync, timeout_s=180)
+        assert isinstance(error, RuntimeError) and "HL rollout server(s) died" in str(error), repr(error)
+        assert "replica 0" in str(error) and "trainer.resume_mode=auto" in str(error), str(error)
+        assert f"hl.rollout.engine_kwargs.{rollout}." in str(error), str(error)  # the key that sizes it on CPU
+
+
+def _error_within(call, timeout_s: float) -> BaseException | None:
+    """What ``call`` raised (None when it returned), failing the test when it has not returned within ``timeout_s``:
+    it runs in a daemon thread, so that a hung sync does not hold pytest at exit."""
     outcome = []
 
-    def sync_and_wake():
+    def run():
         try:
-            hl.sync_weights(global_steps=2)
-            hl.wake_up(global_steps=2)
+            call()
             outcome.append(None)
         except Exception as error:  # noqa: BLE001 - the error is the test's subject
             outcome.append(error)
 
-    worker = threading.Thread(target=sync_and_wake, daemon=True)  # a hung sync must not hold pytest at exit
+    worker = threading.Thread(target=run, daemon=True)
     worker.start()
-    worker.join(timeout=180)
-    assert outcome, "the weight sync into a dead rollout server did not return within 180 s"
-    error = outcome[0]
-    assert isinstance(error, RuntimeError) and "HL rollout server(s) died" in str(error), repr(error)
-    assert "replica 0" in str(error) and "trainer.resume_mode=auto" in str(error), str(error)
-    assert f"hl.rollout.engine_kwargs.{rollout}." in str(error), str(error)  # the key that sizes this server on CPU
+    worker.join(timeout=timeout_s)
+    assert outcome, f"the weight sync into a dead rollout server did not return within {timeout_s:.0f} s"
+    return outcome[0]
 
 
 def _kill_servers(group, timeout_s: float = 120.0) -> None:
     """Kill the level's rollout servers and return once Ray reports each dead, as a server that Ray's OOM killer
-    stopped is by the next sync. ``ray.kill`` only asks: a call sent right after it can still be answered (measured:
-    2 of 20 pings to a just-killed actor on an idle machine), and a CI run's sync then found the HL server alive and
-    waited in it for ever."""
+    stopped long before the next sync is. ``ray.kill`` only asks: a call sent right after it can still be answered
+    (measured: 2 of 20 pings to a just-killed actor on an idle machine); a CI run's wake-up check then found the HL
+    server alive and, before the sync was watched (``PolicyGroup.push_weights``), the sync waited in it for ever."""
     import ray
 
     servers = [server for replica in group.server_manager.get_replicas() for server in replica.servers]
