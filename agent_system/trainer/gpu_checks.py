@@ -28,9 +28,9 @@ passed as arguments, so it is unit-tested on a machine without a GPU; the thin r
   (``get_ppo_ray_runtime_env``: ``VLLM_DISABLE_COMPILE_CACHE=1`` against vLLM's compile-cache corruption when
   replicas compile at once, NCCL and vLLM log levels, ...) goes under ``ray_kwargs.ray_init.runtime_env.env_vars``;
   the user's values there, and the three ``main.run_mlmt`` sets, win.
-* :func:`driver_message`: the project detects a GPU with ``nvidia-smi``; when torch cannot use it (the torch 2.13
-  wheel is built for CUDA 13 and needs an NVIDIA driver R580 or newer), the run stops here with the driver's and
-  torch's CUDA versions and the fix, instead of deep inside a worker.
+* :func:`driver_message`: the project detects a GPU with ``nvidia-smi``; when torch cannot use it (the GPU sets'
+  torch wheels, 2.11.0 and 2.13.0, are built for CUDA 13 and need an NVIDIA driver R580 or newer), the run stops
+  here with the driver's and torch's CUDA versions and the fix, instead of deep inside a worker.
 * :func:`check_compile_keys`: verl 0.9.1's FSDP engine compiles the entropy computation when
   ``<role>.fsdp_config.use_torch_compile`` is true and never reads ``<role>.use_torch_compile``; a value of the
   latter that differs from the former would not act, and is refused by name.
@@ -386,7 +386,7 @@ def merge_ray_runtime_env(config: DictConfig, verl_runtime_env: dict) -> None:
         ray_init.runtime_env.env_vars = {**verl_runtime_env.get("env_vars", {}), **own}
 
 
-MIN_DRIVER = 580  # NVIDIA driver branch that runs CUDA 13 (the torch 2.13 GPU wheel's)
+MIN_DRIVER = 580  # NVIDIA driver branch that runs CUDA 13 (the GPU sets' torch 2.11.0 and 2.13.0 wheels')
 
 
 def nvidia_smi_versions(text: str) -> tuple[str | None, str | None]:

