@@ -125,7 +125,7 @@ train_run() {
   "${sample[@]}" > "$folder/memory.csv" &
   local sampler=$! rc=0
   "${train[@]}" > "$folder/console.log" 2>&1 || rc=$?
-  kill "$sampler"
+  kill "$sampler" 2>/dev/null || true  # nvidia-smi may have stopped on its own
   echo "$rc" > "$folder/rc"
   cp "$run_dir/run_plan.json" "$folder/" 2>/dev/null || true
 }
