@@ -1,10 +1,13 @@
-"""GPU smoke runs: what CI cannot check, in one command on any GPU node (`bash scripts/gpu_smoke.sh`).
+"""GPU smoke scenarios beyond `bash scripts/gpu_check.sh` (the one-node check a user runs first; docs/GPU_RUN.md).
 
-Each scenario runs `python -m verl.trainer.main_mlmt` (or the MATH-500 evaluator) with the embedded SmolLM2 (nothing
-is downloaded) for two steps, and appends one JSON line (scenario, passed, seconds, peak memory per device from
-`nvidia-smi`, the last lines of output) to $MLMT_GPU_SMOKE_JSONL, which the script renders as Markdown. Scenarios:
-one GPU colocated with sleep mode; two GPUs split one per level; `gae` critics; SDPA without flash-attn; a kill and
-resume; MATH-500 on vLLM in bf16. Marked `gpu` and skipped without CUDA (counted as not run).
+Each scenario runs `python -m verl.trainer.main_mlmt` (or the evaluator) for two steps on ONE GPU, colocated, with
+tiny Qwen2 models built here (agent_system.models.tiny, a different tokenizer per level) and the embedded generated
+dataset: nothing is downloaded or read outside the repository. Each appends one JSON line (scenario, passed, seconds,
+peak memory per device from `nvidia-smi`, the last lines of output) to $MLMT_GPU_SMOKE_JSONL when it is set
+(`bash scripts/gpu_check.sh --smoke` sets it).
+Scenarios: one GPU colocated with sleep mode; two GPUs split one per level (skipped on one GPU); `gae` critics; SDPA
+without flash-attn; a kill and resume; the evaluator on vLLM in bf16. Marked `gpu` and skipped without CUDA (counted
+as not run). Never run on a GPU by this project.
 """
 
 from __future__ import annotations
@@ -23,11 +26,10 @@ import torch
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
-REPO = Path(__file__).resolve().parents[2]
-SHARED = Path(os.environ.get("MLMT_SHARED_DATA", REPO.parent / "shared" / "data"))
 BASE = ["trainer.logger=[console]", "trainer.total_training_steps=2", "trainer.val_before_train=false"]
-BASE += ["data.train_batch_size=4", "data.max_prompt_length=1024", "data.max_response_length=256"]
-BASE += ["hl.rollout.response_length=128", "mlmt.dataset.n_train=32", "mlmt.dataset.n_val=8"]
+BASE += ["data.train_batch_size=2", "data.max_prompt_length=768", "data.max_response_length=32"]
+BASE += ["hl.rollout.response_length=32", "mlmt.dataset.n_train=16", "mlmt.dataset.n_val=2"]
+BASE += ["mlmt.placement=colocated", "trainer.n_gpus_per_node=1"]
 SDPA = [
     f"{section}.{key}"
     for section in ("actor_rollout_ref.model", "hl.model", "critic.model", "hl_critic.model")
@@ -79,38 +81,45 @@ def _run(name: str, command: list[str], tmp_path: Path, timeout: int = 3600) -> 
     return output
 
 
-def _main(tmp_path: Path, *overrides: str) -> list[str]:
+@pytest.fixture(scope="module")
+def models(tmp_path_factory) -> dict[str, str]:
+    """Tiny Qwen2 models built here, with a different tokenizer (vocabulary) per level."""
+    from agent_system.models.tiny import build_tiny_model
+
+    root = tmp_path_factory.mktemp("models")
+    return {"ll": build_tiny_model(root / "ll", seed=0, vocab_size=512),
+            "hl": build_tiny_model(root / "hl", seed=1, vocab_size=640)}  # fmt: skip
+
+
+def _main(tmp_path: Path, models: dict[str, str], *overrides: str) -> list[str]:
     return [sys.executable, "-m", "verl.trainer.main_mlmt", f"trainer.default_local_dir={tmp_path / 'run'}", *BASE,
-            *overrides]  # fmt: skip
+            f"actor_rollout_ref.model.path={models['ll']}", f"hl.model.path={models['hl']}", *overrides]  # fmt: skip
 
 
-def test_one_gpu_colocated_with_sleep_mode(tmp_path):
-    overrides = ["mlmt.placement=colocated", "trainer.n_gpus_per_node=1"]
-    overrides += ["actor_rollout_ref.rollout.enable_sleep_mode=true", "hl.rollout.enable_sleep_mode=true"]
-    _run("one GPU, colocated, sleep mode", _main(tmp_path, *overrides), tmp_path)
+def test_one_gpu_colocated_with_sleep_mode(tmp_path, models):
+    overrides = ["actor_rollout_ref.rollout.free_cache_engine=true", "hl.rollout.free_cache_engine=true"]
+    _run("one GPU, colocated, sleep mode", _main(tmp_path, models, *overrides), tmp_path)
 
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
-def test_two_gpus_split_one_per_level(tmp_path):
+def test_two_gpus_split_one_per_level(tmp_path, models):
     overrides = ["mlmt.placement=split", "mlmt.ll_gpus=1", "mlmt.hl_gpus=1", "trainer.n_gpus_per_node=2"]
-    _run("two GPUs, split", _main(tmp_path, *overrides), tmp_path)
+    _run("two GPUs, split", _main(tmp_path, models, *overrides), tmp_path)
 
 
-def test_gae_critics(tmp_path):
-    overrides = ["mlmt.placement=colocated", "trainer.n_gpus_per_node=1"]
-    overrides += ["mlmt.ll.adv_estimator=gae", "mlmt.hl.adv_estimator=gae"]
-    _run("gae critics", _main(tmp_path, *overrides), tmp_path)
+def test_gae_critics(tmp_path, models):
+    overrides = ["mlmt.ll.adv_estimator=gae", "mlmt.hl.adv_estimator=gae"]
+    _run("gae critics", _main(tmp_path, models, *overrides), tmp_path)
 
 
-def test_sdpa_without_flash_attn(tmp_path):
+def test_sdpa_without_flash_attn(tmp_path, models):
     # the settings the start-up fallback chooses when flash_attn does not import, set explicitly so they run here too
-    overrides = ["mlmt.placement=colocated", "trainer.n_gpus_per_node=1", "mlmt.ll.adv_estimator=gae", *SDPA]
-    _run("SDPA, unpacked sequences", _main(tmp_path, *overrides), tmp_path)
+    overrides = ["mlmt.ll.adv_estimator=gae", *SDPA]
+    _run("SDPA, unpacked sequences", _main(tmp_path, models, *overrides), tmp_path)
 
 
-def test_kill_and_resume(tmp_path):
-    overrides = ["mlmt.placement=colocated", "trainer.n_gpus_per_node=1", "trainer.total_training_steps=3"]
-    command = _main(tmp_path, *overrides, "trainer.save_freq=1")
+def test_kill_and_resume(tmp_path, models):
+    command = _main(tmp_path, models, "trainer.total_training_steps=3", "trainer.save_freq=1")
     start = time.monotonic()
     process = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                start_new_session=True)  # fmt: skip
@@ -127,12 +136,12 @@ def test_kill_and_resume(tmp_path):
     _record("kill and resume (both parts)", True, time.monotonic() - start, {}, "")
 
 
-def test_math500_on_vllm_in_bf16(tmp_path):
-    from agent_system.data.preprocess import preprocess
+def test_evaluator_on_vllm_in_bf16(tmp_path, models):
+    from agent_system.data.default_dataset import ensure_default_dataset
 
-    data = tmp_path / "test.parquet"
-    preprocess("math500", str(data), input_path=str(SHARED / "math500" / "test.jsonl"), limit=8)
-    command = [sys.executable, "-m", "agent_system.eval.math500", "--ll", "smollm2", "--data", str(data)]
-    command += ["--out", str(tmp_path / "eval"), "--engine", "vllm", "--max-tokens", "256"]
-    _run("MATH-500 on vLLM (bf16)", command, tmp_path)
+    _, data = ensure_default_dataset(str(tmp_path / "data"), n_train=2, n_val=8, max_difficulty=1)
+    command = [sys.executable, "-m", "agent_system.eval.math500", "--ll", models["ll"], "--hl", models["hl"]]
+    command += ["--data", data, "--out", str(tmp_path / "eval"), "--engine", "vllm", "--max-tokens", "32"]
+    command += ["--feedback-tokens", "32", "--max-prompt-tokens", "768"]
+    _run("evaluator on vLLM (bf16)", command, tmp_path)
     assert json.loads((tmp_path / "eval" / "summary.json").read_text())["metrics"]

@@ -1,0 +1,149 @@
+#!/usr/bin/env bash
+# The GPU check a user runs on one GPU node: install the GPU stack into its own venv, then train on ONE GPU and print
+# one line per check, PASS, FAIL or SKIP (scripts/gpu_check.py; docs/GPU_RUN.md). Never run on a GPU by the project.
+#
+#   bash scripts/gpu_check.sh [--venv DIR] [--wheelhouse DIR] [--skip-install] [--out DIR] [--gpu INDEX]
+#                             [--run-timeout S] [--smoke] [--dry-run]
+#
+#   --venv DIR        the GPU venv (default .venv-gpu in the repository)
+#   --wheelhouse DIR  install offline from a folder of wheels (pip --no-index --find-links DIR); it must hold every
+#                     wheel of the GPU set and setuptools and wheel (the project's build needs them). Made on a machine
+#                     with PyPI access, same Python and platform:
+#                       pip download -d DIR -c requirements/constraints-gpu.txt '.[gpu]' setuptools wheel
+#                     A flash_attn wheel in DIR is installed too (without it the run uses SDPA).
+#   --skip-install    use the venv as it is
+#   --out DIR         where the runs write (default gpu_check_out in the repository; emptied first)
+#   --gpu INDEX       the GPU the runs use (default 0)
+#   --run-timeout S   each training run is stopped after S seconds (default 240: the two runs fit in 8 minutes)
+#   --smoke           then run the GPU smoke scenarios too (pytest -m gpu tests/gpu, about 25 minutes; installs pytest,
+#                     which the wheelhouse must then hold); each appends a JSON line to OUT/smoke.jsonl
+#   --dry-run         print every command (install and checks) without running any
+#
+# The runs (tiny Qwen2 models built here by agent_system.models.tiny, with a different tokenizer per level; the data
+# is the embedded generated dataset; nothing is downloaded or read outside the repository):
+#   colocated  both levels on the one GPU, vLLM with sleep mode and its default CUDA graphs, an LL critic (gae) and
+#              reference (β > 0), two steps with a validation after each and a checkpoint at step 2;
+#   resume     the same run resumed from that checkpoint for a third step;
+#   split      two GPUs, one level each: skipped, with the reason, on a node with one GPU.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+REPO=$PWD
+VENV=$REPO/.venv-gpu
+OUT=$REPO/gpu_check_out
+WHEELHOUSE=""
+SKIP_INSTALL=0
+SMOKE=0
+DRY_RUN=0
+GPU=0
+RUN_TIMEOUT=240
+CONSTRAINTS=requirements/constraints-gpu.txt
+
+while [ $# -gt 0 ]; do
+  case $1 in
+    --venv) VENV=$(realpath -m "$2"); shift 2 ;;
+    --wheelhouse) WHEELHOUSE=$(realpath -m "$2"); shift 2 ;;
+    --skip-install) SKIP_INSTALL=1; shift ;;
+    --out) OUT=$(realpath -m "$2"); shift 2 ;;
+    --gpu) GPU=$2; shift 2 ;;
+    --run-timeout) RUN_TIMEOUT=$2; shift 2 ;;
+    --smoke) SMOKE=1; shift ;;
+    --dry-run) DRY_RUN=1; shift ;;
+    *) echo "gpu_check.sh: unknown argument '$1' (see the header of scripts/gpu_check.sh)" >&2; exit 2 ;;
+  esac
+done
+PY=$VENV/bin/python
+
+# print a command as it would be typed, then run it unless --dry-run
+run() {
+  printf '+'; printf ' %q' "$@"; printf '\n'
+  [ "$DRY_RUN" = 1 ] || "$@"
+}
+
+# ------------------------------------------------------------------------------------------------------- install
+if [ "$SKIP_INSTALL" = 0 ]; then
+  PIP=("$PY" -m pip install --disable-pip-version-check)
+  if [ -n "$WHEELHOUSE" ]; then
+    [ "$DRY_RUN" = 1 ] || [ -d "$WHEELHOUSE" ] || { echo "gpu_check.sh: --wheelhouse $WHEELHOUSE is not a folder" >&2; exit 2; }
+    PIP+=(--no-index --find-links "$WHEELHOUSE")
+  fi
+  run "${PYTHON:-python3}" -m venv "$VENV"
+  run "${PIP[@]}" -c "$CONSTRAINTS" -e '.[gpu]'
+  if [ "$SMOKE" = 1 ]; then run "${PIP[@]}" -c "$CONSTRAINTS" pytest; fi
+  if [ -n "$WHEELHOUSE" ]; then
+    for wheel in "$WHEELHOUSE"/flash_attn-*.whl; do
+      if [ -e "$wheel" ]; then run "${PIP[@]}" --no-deps "$wheel"; fi
+    done
+  fi
+elif [ "$DRY_RUN" = 0 ] && [ ! -x "$PY" ]; then
+  echo "gpu_check.sh: --skip-install, but $PY does not exist (run without --skip-install, or pass --venv)" >&2
+  exit 2
+fi
+
+# --------------------------------------------------------------------------------------------------------- runs
+if [ "$DRY_RUN" = 1 ]; then
+  GPUS=1
+  echo "# dry run: the number of GPUs is read with nvidia-smi -L; shown for one GPU"
+else
+  GPUS=$(nvidia-smi -L | grep -c '^GPU ' || true)
+  [ "$GPUS" -ge 1 ] || { echo "gpu_check.sh: nvidia-smi lists no GPU" >&2; exit 2; }
+fi
+case $OUT in "$REPO" | / | "$HOME") echo "gpu_check.sh: --out $OUT would be emptied: name a folder of its own" >&2; exit 2 ;; esac
+run rm -rf "$OUT"
+run mkdir -p "$OUT/models"
+run "$PY" -m agent_system.models.tiny --out "$OUT/models/ll" --seed 0 --vocab-size 512
+run "$PY" -m agent_system.models.tiny --out "$OUT/models/hl" --seed 1 --vocab-size 640
+
+COMMON=(
+  "actor_rollout_ref.model.path=$OUT/models/ll" "hl.model.path=$OUT/models/hl"
+  actor_rollout_ref.rollout.name=vllm hl.rollout.name=vllm
+  # vLLM sleep mode (verl 0.9.1: free_cache_engine, its default on GPU), set so the check does not rest on a default
+  actor_rollout_ref.rollout.free_cache_engine=true hl.rollout.free_cache_engine=true
+  # tiny models need little KV cache: the run plan's estimate is then the models plus these bytes, a tight bound
+  actor_rollout_ref.rollout.engine_kwargs.vllm.kv_cache_memory_bytes=268435456
+  hl.rollout.engine_kwargs.vllm.kv_cache_memory_bytes=268435456
+  mlmt.ll.adv_estimator=gae "mlmt.stages.beta_turn1=[0.01]" "mlmt.stages.beta_turn3=[0.01]"
+  # a large lr: one update moves the log-probs, so servers that missed a push show a rollout-vs-actor gap
+  actor_rollout_ref.actor.optim.lr=1e-3 hl.actor.optim.lr=1e-3
+  data.train_batch_size=2 data.max_prompt_length=768 data.max_response_length=32 hl.rollout.response_length=32
+  mlmt.n=2 mlmt.m=2 mlmt.dataset.n_train=16 mlmt.dataset.n_val=2 mlmt.reward.num_workers=1
+  trainer.val_before_train=false trainer.test_freq=1 trainer.save_freq=2 "trainer.logger=[console,file]"
+)
+
+# train_run NAME DEVICES RUN_DIR OVERRIDE...: one training run; $OUT/NAME gets its console.log, metrics.jsonl,
+# memory.csv (nvidia-smi samples of DEVICES), rc and run_plan.json. A run that fails or times out leaves its exit
+# status for the checks.
+train_run() {
+  local name=$1 devices=$2 run_dir=$3; shift 3
+  local folder=$OUT/$name
+  local sample=(nvidia-smi -i "$devices" --query-gpu=memory.used --format=csv,noheader,nounits -lms 500)
+  local train=(env CUDA_VISIBLE_DEVICES="$devices" VERL_FILE_LOGGER_PATH="$folder/metrics.jsonl" HYDRA_FULL_ERROR=1
+    timeout "$RUN_TIMEOUT" "$PY" -m verl.trainer.main_mlmt "trainer.default_local_dir=$run_dir" "$@")
+  run mkdir -p "$folder"
+  printf '+'; printf ' %q' "${sample[@]}"; printf ' > %q &\n' "$folder/memory.csv"
+  printf '+'; printf ' %q' "${train[@]}"; printf ' > %q 2>&1\n' "$folder/console.log"
+  [ "$DRY_RUN" = 0 ] || return 0
+  "${sample[@]}" > "$folder/memory.csv" &
+  local sampler=$! rc=0
+  "${train[@]}" > "$folder/console.log" 2>&1 || rc=$?
+  kill "$sampler" 2>/dev/null || true  # nvidia-smi may have stopped on its own
+  echo "$rc" > "$folder/rc"
+  cp "$run_dir/run_plan.json" "$folder/" 2>/dev/null || true
+}
+
+ONE_GPU=("${COMMON[@]}" mlmt.placement=colocated trainer.n_gpus_per_node=1)
+train_run colocated "$GPU" "$OUT/run" "${ONE_GPU[@]}" trainer.total_training_steps=2
+if [ "$DRY_RUN" = 1 ] || [ "$(cat "$OUT/colocated/rc")" = 0 ]; then
+  train_run resume "$GPU" "$OUT/run" "${ONE_GPU[@]}" trainer.total_training_steps=3
+fi
+if [ "$GPUS" -ge 2 ]; then
+  train_run split 0,1 "$OUT/split_run" "${COMMON[@]}" mlmt.placement=split mlmt.ll_gpus=1 mlmt.hl_gpus=1 \
+    trainer.n_gpus_per_node=2 trainer.total_training_steps=2
+fi
+
+# ------------------------------------------------------------------------------------------------------- checks
+status=0
+run "$PY" scripts/gpu_check.py "$OUT" --gpus "$GPUS" || status=$?
+if [ "$SMOKE" = 1 ]; then
+  run env MLMT_GPU_SMOKE_JSONL="$OUT/smoke.jsonl" "$PY" -m pytest -q -p no:cacheprovider -m gpu -rA tests/gpu || status=$?
+fi
+exit "$status"

@@ -1,0 +1,178 @@
+"""The one-node GPU check (scripts/gpu_check.sh) as far as a CPU can check it: what `--dry-run` would run (install
+online or from a wheelhouse, one GPU colocated, models built in the output folder, no path outside the repository),
+and the PASS / FAIL logic of scripts/gpu_check.py on fake run folders (metrics.jsonl, run_plan.json, memory.csv)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "scripts" / "gpu_check.sh"
+
+
+def _module():
+    spec = importlib.util.spec_from_file_location("gpu_check", REPO / "scripts" / "gpu_check.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+gpu_check = _module()
+
+
+def _dry_run(*args: str) -> list[list[str]]:
+    """The commands `--dry-run` prints (about 20 ms), each split as the shell would."""
+    result = subprocess.run(["bash", str(SCRIPT), "--dry-run", *args], capture_output=True, text=True, timeout=10)
+    assert result.returncode == 0, result.stderr
+    return [shlex.split(line[2:]) for line in result.stdout.splitlines() if line.startswith("+ ")]
+
+
+def _pip_lines(commands):
+    return [c for c in commands if c[1:4] == ["-m", "pip", "install"]]
+
+
+def test_syntax():
+    assert subprocess.run(["bash", "-n", str(SCRIPT)], capture_output=True, timeout=10).returncode == 0
+
+
+def test_wheelhouse_installs_offline_from_that_folder_with_the_constraints_file(tmp_path):
+    commands = _dry_run("--wheelhouse", str(tmp_path))
+    (install,) = _pip_lines(commands)
+    assert install[install.index("--find-links") + 1] == str(tmp_path) and "--no-index" in install
+    assert install[install.index("-c") + 1] == "requirements/constraints-gpu.txt" and install[-2:] == ["-e", ".[gpu]"]
+    assert commands[0][1:3] == ["-m", "venv"] and commands[0][3] == str(REPO / ".venv-gpu")
+
+
+def test_online_install_uses_the_index_and_skip_install_installs_nothing(tmp_path):
+    (install,) = _pip_lines(_dry_run("--venv", str(tmp_path / "venv")))
+    assert "--no-index" not in install and "--find-links" not in install
+    assert install[0] == str(tmp_path / "venv" / "bin" / "python")
+    skipped = _dry_run("--skip-install")
+    assert not _pip_lines(skipped) and not any("venv" in c[1:3] for c in skipped)
+
+
+def test_one_gpu_runs_colocated_with_local_models_inside_the_repository():
+    commands = _dry_run("--skip-install")
+    out = REPO / "gpu_check_out"
+    assert not out.exists()  # a dry run writes nothing
+    trains = [c for c in commands if "verl.trainer.main_mlmt" in c]
+    assert len(trains) == 2  # two steps, then the resume; no split run on one GPU
+    for train in trains:
+        assert "CUDA_VISIBLE_DEVICES=0" in train and "mlmt.placement=colocated" in train
+        assert "trainer.n_gpus_per_node=1" in train
+        assert f"actor_rollout_ref.model.path={out}/models/ll" in train and f"hl.model.path={out}/models/hl" in train
+        assert all(f"{key}=true" in train for key in ("actor_rollout_ref.rollout.free_cache_engine",
+                                                     "hl.rollout.free_cache_engine"))  # fmt: skip
+        assert not any("enforce_eager" in arg for arg in train)  # vLLM's default CUDA graphs
+        assert "mlmt.ll.adv_estimator=gae" in train and "mlmt.stages.beta_turn1=[0.01]" in train  # LL critic, ref
+    assert [c[c.index(">") - 1] for c in trains] == ["trainer.total_training_steps=2", "trainer.total_training_steps=3"]
+    builds = [c for c in commands if "agent_system.models.tiny" in c]
+    assert [c[c.index("--vocab-size") + 1] for c in builds] == ["512", "640"]  # a tokenizer per level
+    paths = {word for c in commands for arg in c for word in re.findall(r"(?:^|=)(/[\w./-]+)", arg)}
+    assert paths and all(path.startswith(str(REPO)) for path in paths), paths
+
+
+def _plan(update_steps, validation_steps, checkpoint_steps=(2,), total_gib=10.0):
+    levels = {level: {"update_steps": list(steps)} for level, steps in update_steps.items()}
+    memory = {"sums": [{"devices": "each of the 1 shared devices", "total": int(total_gib * 2**30), "fits": True}]}
+    return {"levels": levels, "validation_steps": list(validation_steps), "checkpoint_steps": list(checkpoint_steps),
+            "memory": memory, "memory_unavailable": ""}  # fmt: skip
+
+
+def _write_run(folder: Path, plan: dict, records: list[tuple[int, dict]], rc: int = 0, memory_mib=(900, 4000, 20)):
+    folder.mkdir(parents=True)
+    (folder / "rc").write_text(f"{rc}\n")
+    (folder / "run_plan.json").write_text(json.dumps(plan))
+    (folder / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "data": d}) + "\n" for s, d in records))
+    (folder / "memory.csv").write_text("".join(f"{mib}\n" for mib in memory_mib))
+
+
+def _step(syncs: dict, gap: float = 1e-3) -> dict:
+    values = {f"perf/weight_syncs/{level}": float(count) for level, count in syncs.items()}
+    for level in syncs:
+        values |= {f"{level}/rollout_actor_logprob_diff_mean": gap, f"{level}/rollout_actor_logprob_diff_max": 10 * gap}
+    return values
+
+
+def _good_run(out: Path, **changes) -> None:
+    both = {"ll": [1, 2, 3], "hl": [1, 2, 3]}
+    _write_run(out / "colocated", _plan(both, [1, 2]), [(1, _step({"ll": 2, "hl": 2})), (2, _step({"ll": 1, "hl": 1}))])
+    resume = [(2, {"resume/ll_logprob_max_abs_diff": 0.0, "resume/hl_logprob_max_abs_diff": 1e-4})]
+    resume.append((3, _step({"ll": 2, "hl": 2})))
+    _write_run(out / "resume", _plan(both, [1, 2, 3], (2, 3)), changes.get("resume", resume))
+
+
+def test_expected_pushes_are_one_per_weight_version_a_generation_needs():
+    both = {"ll": [1, 2], "hl": [1, 2]}
+    assert gpu_check.expected_pushes([1, 2], both, [1, 2]) == {1: {"ll": 2, "hl": 2}, 2: {"ll": 1, "hl": 1}}
+    # validation only at the end: the rollout of step 2 needs update 1's weights, the validation update 2's
+    assert gpu_check.expected_pushes([1, 2], both, [2]) == {1: {"ll": 1, "hl": 1}, 2: {"ll": 2, "hl": 2}}
+    # (tH, tL) = (1, 2): the HL updated on step 3 only; its servers keep their weights until then
+    rr = gpu_check.expected_pushes([1, 2, 3], {"ll": [1, 2], "hl": [3]}, [3])
+    assert rr == {1: {"ll": 1, "hl": 1}, 2: {"ll": 1, "hl": 0}, 3: {"ll": 1, "hl": 1}}
+    # a resumed process: its servers start empty, so its first step loads the restored weights
+    assert gpu_check.expected_pushes([3], both | {"ll": [1, 2, 3]}, [3])[3]["ll"] == 2
+
+
+def test_a_good_run_passes_every_check(tmp_path):
+    _good_run(tmp_path)
+    checks = gpu_check.run_checks(tmp_path, gpus=1, max_gap=0.05, slack_gib=1.0, max_resume_gap=0.05)
+    assert [c for c in checks if c.passed is False] == []
+    lines = [c.line() for c in checks]
+    assert "PASS colocated: pushes at step 1: ll 2 (expected 2), hl 2 (expected 2)" in lines
+    assert any(line.startswith("PASS resume: continues after the checkpoint") for line in lines)
+    assert lines[-1] == "SKIP split: two GPUs, one level each: needs 2 GPUs, this node has 1"
+    assert gpu_check.main([str(tmp_path), "--gpus", "1"]) == 0
+
+
+def test_each_failure_is_reported_by_name(tmp_path):
+    _good_run(tmp_path)
+    records = [json.loads(line) for line in (tmp_path / "colocated" / "metrics.jsonl").read_text().splitlines()]
+    records[1]["data"]["perf/weight_syncs/hl"] = 2.0  # a validation that re-pushed unchanged weights
+    records[0]["data"]["ll/rollout_actor_logprob_diff_mean"] = 0.7  # servers sampling with other weights
+    (tmp_path / "colocated" / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    (tmp_path / "colocated" / "memory.csv").write_text("12000\n")  # 11.7 GiB against 10 + 1
+    (tmp_path / "colocated" / "rc").write_text("1\n")
+    checks = gpu_check.run_checks(tmp_path, gpus=1, max_gap=0.05, slack_gib=1.0, max_resume_gap=0.05)
+    failed = sorted(c.name for c in checks if c.passed is False)
+    assert failed == [
+        "colocated: exit status",
+        "colocated: ll rollout-vs-actor log-prob gap at step 1",
+        "colocated: peak GPU memory vs. the run plan's estimate",
+        "colocated: pushes at step 2",
+    ]
+    assert gpu_check.main([str(tmp_path), "--gpus", "1", "--memory-slack-gib", "1"]) == 1
+
+
+def test_a_resume_that_restarted_or_did_not_run_fails(tmp_path):
+    _good_run(tmp_path, resume=[(1, _step({"ll": 2, "hl": 2}))])  # started over at step 1: no checkpoint read
+    checks = gpu_check.run_checks(tmp_path, gpus=1, max_gap=0.05, slack_gib=1.0, max_resume_gap=0.05)
+    failed = {c.name for c in checks if c.passed is False}
+    assert failed == {"resume: restored log-probs", "resume: continues after the checkpoint"}
+    (tmp_path / "resume").rename(tmp_path / "resume_gone")
+    checks = gpu_check.run_checks(tmp_path, gpus=2, max_gap=0.05, slack_gib=1.0, max_resume_gap=0.05)
+    assert "FAIL resume: not run: the first run failed" in [c.line() for c in checks]
+    assert not any(c.passed is None for c in checks)  # two GPUs: the split case is not skipped
+
+
+@pytest.mark.parametrize("plan_change", [{"memory": None, "memory_unavailable": "no config.json"}, {"memory": {}}])
+def test_memory_without_an_estimate_fails(plan_change):
+    check = gpu_check.check_memory("colocated", 900, _plan({"ll": [1]}, [1]) | plan_change, 1.0)
+    assert check.passed is False and "no estimate" in check.detail
+
+
+def test_gpu_tests_read_nothing_outside_the_repository_and_fit_one_gpu():
+    """tests/gpu builds its models and uses the embedded dataset; every run but the two-GPU one is colocated on one."""
+    for path in sorted((REPO / "tests" / "gpu").glob("test_*.py")):
+        text = path.read_text()
+        assert "shared" not in text.lower() and "smollm2" not in text, path.name
+        assert "mlmt.placement=colocated" in text and "trainer.n_gpus_per_node=1" in text, path.name
