@@ -66,6 +66,7 @@ def mlmt_step(trainer, step: int, levels: tuple[str, ...] = ("ll", "hl")) -> dic
     with timer("generate"):
         problems = trainer.sampler.next_batch()
         episodes = trainer.rollout(problems, validate=False)
+    trainer.rollout_weights.sleep_for_training(list(levels))
     with timer("reward"):
         scores = trainer.score(problems, episodes)
     _, stage = adv.stage_at(trainer.mlmt.stages, step)
@@ -75,7 +76,8 @@ def mlmt_step(trainer, step: int, levels: tuple[str, ...] = ("ll", "hl")) -> dic
         with timer("update"):
             trainer.update_level(level, batch)
         with timer("sync"):
-            trainer.groups[level].sync_weights(step)
+            trainer.groups[level].weights_changed()
+            trainer.groups[level].wake_up(step)
     return dict(timer.times)
 
 
@@ -89,7 +91,8 @@ def levels_comparison(trainer, steps: int) -> None:
         trainer.global_step = step
         start = time.perf_counter()
         problems = trainer.sampler.next_batch()
-        episodes = trainer.rollout(problems, validate=False)
+        episodes = trainer.rollout(problems, validate=False)  # pushes the previous step's updates
+        trainer.rollout_weights.sleep_for_training(["ll", "hl"])
         scores = trainer.score(problems, episodes)
         shared = time.perf_counter() - start
         _, stage = adv.stage_at(trainer.mlmt.stages, step)
@@ -158,7 +161,8 @@ def single_step(trainer, step: int) -> dict[str, float]:
     with timer("update"):
         ll.update_actor(batch)
     with timer("sync"):
-        ll.sync_weights(step)
+        ll.weights_changed()
+        ll.wake_up(step)
     return dict(timer.times)
 
 

@@ -30,7 +30,7 @@ class Extension:
 
     Before the workers start, ``check_data`` reads the training rows. Order within a step: ``level_inputs`` and
     ``level_metrics`` while each level's batch is built (log-probs → the hook → advantages → metrics),
-    ``before_updates`` once both batches exist, ``after_step`` after the updates and weight syncs. ``save`` /
+    ``before_updates`` once both batches exist, ``after_step`` after the updates. ``save`` /
     ``restore`` run with every checkpoint and on resume.
     """
 
@@ -63,7 +63,7 @@ class Extension:
         """After every level's batch is built, before the first update (may add tensors to a batch)."""
 
     def after_step(self, trainer: Any, step: int) -> dict[str, float]:
-        """After the step's updates and weight syncs; returns metrics."""
+        """After the step's updates (their weights reach the rollout servers at the next wake-up); returns metrics."""
         return {}
 
     def save(self, trainer: Any, folder: Path) -> None:

@@ -2,9 +2,9 @@
 
 One step (``mlmt.feedback=model``, the default): sample B problems → LL attempts (n each) → HL feedbacks (m per
 attempt) → LL refinements → rewards R1/R3 → per-turn rewards and advantages per level (verl's estimators, nested
-groups) → update the level(s) whose turn it is ((tH, tL) schedule, LL first; frozen levels never) → sync their
-weights into their rollout servers → log, validate, checkpoint. Rows are built from the exact token ids the
-servers returned.
+groups) → update the level(s) whose turn it is ((tH, tL) schedule, LL first; frozen levels never) → log,
+validate, checkpoint. An update reaches the rollout servers at their next wake-up, one push per weight change
+(``weight_sync.py``). Rows are built from the exact token ids the servers returned.
 
 The baselines run the same loop without an HL (no HL workers are started): ``mlmt.feedback=self`` replaces the
 feedback turn with the fixed self-correction instruction (SCoRe: attempt, then a second attempt that is trained
@@ -42,11 +42,11 @@ from agent_system.trainer import plan as run_plan
 from agent_system.trainer import state as st
 from agent_system.trainer.hooks import Extension
 from agent_system.trainer.metrics import episode_metrics, plot_history, trajectory_records
-from agent_system.trainer.policy import SyncCounter, awake
 from agent_system.trainer.rows import LevelInputs, LevelRows, StepData, StepScores
 from agent_system.trainer.schedule import levels_to_update
 from agent_system.trainer.stop_request import STOP_REQUEST
 from agent_system.trainer.turn_kl import TURN_KL_COEF
+from agent_system.trainer.weight_sync import RolloutWeights
 
 logger = logging.getLogger(__name__)
 
@@ -72,6 +72,11 @@ class MLMTTrainer:
         self.snapshot = snapshot  # LaggedSnapshot: reference solver of the contrastive HL reward, or None
         self.extensions = list(extensions)
         self.groups, self.critics, self.tokenizers = groups, critics, tokenizers
+        self.rollout_weights = RolloutWeights(
+            {**groups, **({snapshot.group.level: snapshot.group} if snapshot else {})},
+            config.mlmt.placement,
+            reads_other_levels=any(extension.builds_first for extension in self.extensions),
+        )
         self.runner, self.reward_pool = runner, reward_pool
         self.sampler = st.ProblemSampler(
             train_frame, config.data.train_batch_size, config.data.seed, config.data.shuffle
@@ -102,9 +107,8 @@ class MLMTTrainer:
         self.resume()
         stop = STOP_REQUEST.install()  # SIGUSR1 / SIGTERM: stop after the current step, with a checkpoint
         first_metrics = None
-        syncs = SyncCounter([*self.groups.values(), *([self.snapshot.group] if self.snapshot else [])])
         if self.config.trainer.val_before_train and self.global_step == 0 and self.val_frame is not None:
-            first_metrics = self.validate() | syncs.take()
+            first_metrics = self.validate() | self.rollout_weights.take()
             self.tracker.log(first_metrics, step=0)
             self.history.append({"step": 0, **first_metrics})
         last_val = first_metrics
@@ -117,17 +121,19 @@ class MLMTTrainer:
         ):
             self.global_step = step
             timing: dict[str, float] = {}
+            self.rollout_weights.wake(step)  # the pushes (timing_s/sync_<level>) are not part of generate
             with _timer(timing, "generate"):
                 problems = self.sampler.next_batch()  # B rows
                 episodes = self.rollout(problems, validate=False)
                 references = self.snapshot_refinements(episodes)
+            frozen = {k: k not in self.groups or self.mlmt[k].freeze for k in ("ll", "hl")}  # no HL: the LL alone
+            active = levels_to_update(step, self.mlmt.schedule, frozen)
+            self.rollout_weights.sleep_for_training(active)  # only servers whose devices the training needs
             with _timer(timing, "reward"):
                 scores = self.score(problems, episodes, references)
             metrics = episode_metrics(episodes, scores, prefix="train")
             if references is not None:  # which weights generated R_ref (the LL's of the last refresh)
                 metrics.update(self.snapshot.generation_metrics(self.groups["ll"], self._probe("ll")))
-            frozen = {k: k not in self.groups or self.mlmt[k].freeze for k in ("ll", "hl")}  # no HL: the LL alone
-            active = levels_to_update(step, self.mlmt.schedule, frozen)
             stage_index, stage = adv.stage_at(self.mlmt.stages, step)
             metrics["train/stage_id"] = stage.stage_id
             metrics["train/stage_index"] = stage_index  # the plan check compares these two records
@@ -144,7 +150,7 @@ class MLMTTrainer:
             if self._due(self.config.trainer.test_freq, step, total) and self.val_frame is not None:
                 last_val = self.validate()
                 metrics.update(last_val)
-            metrics.update(syncs.take())  # perf/weight_syncs/<level>: pushes actor -> rollout servers this step
+            metrics.update(self.rollout_weights.take())  # pushes actor -> rollout servers this step, and their time
             self.tracker.log(metrics, step=step)
             self.history.append({"step": step, **metrics})
             self.write_trajectories(step, problems, episodes, scores)
@@ -187,8 +193,8 @@ class MLMTTrainer:
             feedback=self.mlmt.feedback,
         )
         tasks = [Task.from_row(row) for row in problems]
-        with awake(self.groups.values(), self.global_step):  # inside validate()'s session: no wake, no sleep
-            return asyncio.run(self.runner.run(tasks, settings))
+        self.rollout_weights.wake(self.global_step)  # no push when the caller woke the servers (fit, validate)
+        return asyncio.run(self.runner.run(tasks, settings))
 
     def _contrastive(self, reference: str) -> bool:
         reward = self.mlmt.reward
@@ -235,7 +241,7 @@ class MLMTTrainer:
     def train_levels(
         self, levels: list[str], problems, episodes, scores, stage, timing: dict, concurrent: bool = True
     ) -> dict[str, float]:
-        """Log-probs, advantages, update and weight sync of each level in ``levels``.
+        """Log-probs, advantages and update of each level in ``levels`` (its servers get the weights at the next wake).
 
         With two levels, each level's blocking calls run in a driver thread of its own, so the two worker groups
         (separate resource pools with ``placement=split``) work at the same time; both batches are built before
@@ -256,8 +262,7 @@ class MLMTTrainer:
         def update(level: str, batch: DataProto) -> dict[str, float]:
             with _timer(timing, f"update_{level}"):
                 metrics = self.update_level(level, batch)
-            with _timer(timing, f"sync_{level}"):
-                self.groups[level].sync_weights(self.global_step)
+            self.groups[level].weights_changed()
             return metrics
 
         side_by_side = len(levels) > 1 and concurrent and self.mlmt.placement == "split"
@@ -355,18 +360,18 @@ class MLMTTrainer:
     def validate(self) -> dict[str, float]:
         """The same three-turn episode and prompts as training, greedy, over the validation set.
 
-        Every validation episode is written to ``trajectories/val_step_N.jsonl``.
+        Every validation episode is written to ``trajectories/val_step_N.jsonl``. The servers stay awake after it.
         """
         size = self.config.data.val_batch_size
         results, records = defaultdict(list), []
-        with awake(self.groups.values(), self.global_step):  # one wake-up (and weight sync) for all the batches
-            for start in range(0, len(self.val_frame), size):
-                problems = [r.to_dict() for _, r in self.val_frame.iloc[start : start + size].iterrows()]
-                episodes = self.rollout(problems, validate=True)
-                scores = self.score(problems, episodes)
-                records += trajectory_records(problems, episodes, scores)
-                for key, value in episode_metrics(episodes, scores, prefix="val").items():
-                    results[key].append((value, len(problems)))
+        self.rollout_weights.wake(self.global_step)  # the weights that changed since the last push, once for all
+        for start in range(0, len(self.val_frame), size):
+            problems = [r.to_dict() for _, r in self.val_frame.iloc[start : start + size].iterrows()]
+            episodes = self.rollout(problems, validate=True)
+            scores = self.score(problems, episodes)
+            records += trajectory_records(problems, episodes, scores)
+            for key, value in episode_metrics(episodes, scores, prefix="val").items():
+                results[key].append((value, len(problems)))
         self._write_jsonl(self.out_dir / "trajectories" / f"val_step_{self.global_step}.jsonl", records)
         metrics = {k: sum(v * w for v, w in vals) / sum(w for _, w in vals) for k, vals in results.items()}
         return metrics | leak.record_leak_metrics(records, "val")  # leak rates pooled over the batches
@@ -430,7 +435,7 @@ class MLMTTrainer:
         for level, group in self.groups.items():
             if (folder / level).is_dir():
                 group.load_checkpoint(str(folder / level))
-                group.sync_weights(step)
+                group.weights_changed()
         for level, critic in self.critics.items():
             if (folder / f"{level}_critic").is_dir():
                 critic.load_checkpoint(str(folder / f"{level}_critic"))

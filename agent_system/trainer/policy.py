@@ -5,11 +5,10 @@ A :class:`PolicyGroup` owns, for its level:
 * a ``RayWorkerGroup`` of verl's ``ActorRolloutRefWorker`` (FSDP2 engine, optimizer, reference model when a KL
   coefficient needs it), optionally fused with the other level's workers (``colocated`` placement);
 * its rollout servers (``LLMServerManager``: vLLM on GPU, the project's ``hf`` server on CPU) and a client;
-* its weight sync (``CheckpointEngineManager``): a push of the actor's weights into the servers only when they do
-  not hold them (after an update or a checkpoint load, or after a sleep that freed them), counted per level
-  (``perf/weight_syncs/<level>``, :class:`SyncCounter`);
-* its rollout sessions (:func:`awake`): the servers wake once for a whole session (all of a validation's batches)
-  and sleep after it; a frozen level under ``placement=split`` never sleeps (its devices hold nothing that trains).
+* its weight sync (``CheckpointEngineManager``): :meth:`PolicyGroup.wake_up` pushes the actor's weights into the
+  servers only when they do not hold them (after an update or a checkpoint load, :meth:`PolicyGroup.weights_changed`,
+  or after a sleep that freed them), counted and timed per level; when the servers sleep, and when the loop wakes
+  them, is decided in :mod:`agent_system.trainer.weight_sync`.
 
 With more than one data-parallel rank, every batch sent to the workers is put in a balanced row order first
 (:mod:`agent_system.trainer.balance`): similar token counts per rank, and the same order for any permutation of the
@@ -24,8 +23,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+import time
 from typing import Any
 
 import ray
@@ -67,10 +65,9 @@ class PolicyGroup:
         self.server_manager = None
         self.client = None
         self.checkpoint_manager = None
-        self._rollout_current = False  # do the servers hold the actor's current weights?
-        self.weight_syncs = 0  # weight pushes actor -> rollout servers since start (SyncCounter reads it per step)
-        self._sessions = 0  # open awake() sessions: the servers sleep when the last one ends
-        self.keep_awake = stays_awake(view, level)
+        self.rollout_current = False  # are the servers awake with the actor's current weights?
+        self.weight_syncs = 0  # weight pushes actor -> rollout servers since start (RolloutWeights.take reads them)
+        self.sync_seconds = 0.0  # the time those pushes took
 
     # ---------------------------------------------------------------- construction
     @staticmethod
@@ -205,43 +202,27 @@ class PolicyGroup:
             raise failure[0]
 
     def wake_up(self, global_steps: int) -> None:
-        """Before generating: load the actor's weights into the servers if they are stale or were freed by sleep."""
+        """Before generating: push the actor's weights into the servers if they changed or a sleep freed them.
+
+        verl's naive push is the wake-up: it restores the servers' memory, loads the weights and restores the KV
+        cache (vLLM's level-2 sleep discards the weights, so a server that slept is only usable after a push)."""
         self.check_servers_alive()
-        if not self._rollout_current:
+        if not self.rollout_current:
+            start = time.perf_counter()
             self.push_weights(global_steps)
-            self._rollout_current = True
+            self.sync_seconds += time.perf_counter() - start
             self.weight_syncs += 1
+            self.rollout_current = True
 
     def sleep(self) -> None:
-        """After generating: free the servers' memory for the log-prob and update passes (no-op without sleep mode).
-
-        A level that :attr:`keep_awake` stays awake with its weights: the next wake-up needs no sync.
-        """
-        if self.keep_awake:
-            return
+        """Free the servers' memory for training on their devices; in sleep mode this discards their weights."""
         self.checkpoint_manager.sleep_replicas()
         if self.sleeps:
-            self._rollout_current = False
+            self.rollout_current = False
 
-    def open_session(self, global_steps: int) -> None:
-        """Enter a rollout session (:func:`awake`): the first one wakes the servers."""
-        if self._sessions == 0:
-            self.wake_up(global_steps)
-        self._sessions += 1
-
-    def close_session(self) -> None:
-        """Leave a rollout session: the last one puts the servers to sleep."""
-        if self._sessions < 1:
-            raise RuntimeError(f"{self.level}: close_session() without an open session")
-        self._sessions -= 1
-        if self._sessions == 0:
-            self.sleep()
-
-    def sync_weights(self, global_steps: int) -> None:
-        """After an update: push the new weights now, or, in sleep mode, at the next :meth:`wake_up`."""
-        self._rollout_current = False
-        if not self.sleeps or self._sessions:
-            self.wake_up(global_steps)
+    def weights_changed(self) -> None:
+        """The actor's weights changed (an update, a checkpoint load): the next :meth:`wake_up` pushes them."""
+        self.rollout_current = False
 
     # ---------------------------------------------------------------- generation
     async def generate(self, prompt_ids: list[int], max_tokens: int, temperature: float, request_id: str) -> Any:
@@ -314,52 +295,6 @@ def reference_is_base(view: DictConfig) -> bool:
     """Whether the level of ``view`` trains a LoRA adapter, so that its reference, when it needs one, is its actor with
     the adapter switched off (no reference model is built)."""
     return lora_rank(view.actor_rollout_ref.model) > 0
-
-
-def stays_awake(view: DictConfig, level: str) -> bool:
-    """A frozen level under ``placement=split`` keeps its rollout servers awake: its devices hold no training.
-
-    Sleeping would free memory nothing else uses and, in sleep mode, discard the weights, so that every wake-up
-    reloads the unchanged weights. Under ``colocated`` placement the other level trains on the same devices, so a
-    frozen level sleeps too (and, in sleep mode, reloads its weights at each wake-up).
-    """
-    mlmt = view.get("mlmt")
-    if mlmt is None or mlmt.get("placement") != "split" or level not in mlmt:
-        return False
-    return bool(mlmt[level].get("freeze", False))
-
-
-@contextmanager
-def awake(groups: Iterable[PolicyGroup], global_steps: int) -> Iterator[None]:
-    """A rollout session: every group's servers awake (weights pushed if stale) inside, asleep after.
-
-    Sessions nest: an inner session (one validation batch inside the whole validation) neither wakes nor sleeps.
-    """
-    opened = []
-    try:
-        for group in groups:
-            group.open_session(global_steps)
-            opened.append(group)
-        yield
-    finally:
-        for group in opened:
-            group.close_session()
-
-
-class SyncCounter:
-    """Weight syncs (actor -> rollout servers) of each group since the last :meth:`take`, as step metrics."""
-
-    def __init__(self, groups: Iterable[PolicyGroup]) -> None:
-        self.groups = list(groups)
-        self.seen = {group.level: group.weight_syncs for group in self.groups}
-
-    def take(self) -> dict[str, float]:
-        """``{"perf/weight_syncs/<level>": syncs since the last call}`` for every group."""
-        counts = {}
-        for group in self.groups:
-            counts[f"perf/weight_syncs/{group.level}"] = float(group.weight_syncs - self.seen[group.level])
-            self.seen[group.level] = group.weight_syncs
-        return counts
 
 
 def to_padding_free(batch: DataProto, **meta: Any) -> Any:

@@ -12,8 +12,9 @@ needs ``mlmt.ll_gpus`` devices of its own. It starts from the LL's initial weigh
 
 Refresh (after the LL's update of every ``reg_gap``-th step K): the LL saves its checkpoint into a staging folder
 ``<trainer.default_local_dir>/reg_ref_checkpoint/.tmp_step_K``, which is renamed to ``step_K`` once complete (older
-refresh folders are then deleted); the snapshot's actor loads it (model weights only) and pushes it into its rollout
-servers. A crash mid-refresh leaves only a staging folder, which is never loaded and is removed by the next refresh.
+refresh folders are then deleted); the snapshot's actor loads it (model weights only) and its rollout servers, which
+never sleep (its devices hold nothing that trains), receive it at the next wake-up (``weight_sync.py``). A crash
+mid-refresh leaves only a staging folder, which is never loaded and is removed by the next refresh.
 
 Checkpoints: every ``global_step_N`` holds the snapshot as it is at step N (``global_step_N/ll_snapshot/``, its
 model shards) and ``trainer_state.pt`` holds the step of the refresh it came from and the LL's probe log-probs at
@@ -177,13 +178,13 @@ class LaggedSnapshot:
         ll.save_checkpoint(str(begin_refresh(self.root, step)), step)
         folder = commit_refresh(self.root, step)
         self.refresh_probe, _ = ll.compute_log_prob(probe)
-        self._load(folder, step, step)
+        self._load(folder, step)
         gap = float((self.probe_log_probs(probe) - self.refresh_probe).abs().max())
         return {"ll_snapshot/refreshed": 1.0, "ll_snapshot/refresh_probe_gap": gap}
 
-    def _load(self, folder: Path, refreshed_at: int, step: int) -> None:
+    def _load(self, folder: Path, refreshed_at: int) -> None:
         self.group.load_checkpoint(str(folder))
-        self.group.sync_weights(step)
+        self.group.weights_changed()
         self.refreshed_at = refreshed_at
         logger.info("LL snapshot loaded from %s (the LL of step %d)", folder, refreshed_at)
 
@@ -212,7 +213,7 @@ class LaggedSnapshot:
         """On resume: the snapshot saved in ``checkpoint`` (see :func:`restore_source`)."""
         folder, refreshed_at, refresh_probe = restore_source(checkpoint, step, saved)
         if folder is not None:
-            self._load(folder, refreshed_at, step)
+            self._load(folder, refreshed_at)
         self.refresh_probe = refresh_probe if refresh_probe is not None else self.probe_log_probs(probe)
         self.refreshed_at = refreshed_at
 
@@ -240,9 +241,6 @@ class LaggedSnapshot:
             ]
             return list(await asyncio.gather(*jobs))
 
-        self.group.wake_up(step)
-        try:
-            flat = iter(asyncio.run(run()))
-        finally:
-            self.group.sleep()
+        self.group.wake_up(step)  # no push when the step's wake-up gave the servers the weights (weight_sync.py)
+        flat = iter(asyncio.run(run()))
         return [[[next(flat) for _ in attempt.refinements] for attempt in e.attempts] for e in episodes]

@@ -116,7 +116,7 @@ def test_two_models_independent_and_weight_sync(tiny_models, ray_per_test, rollo
     # Before the sync the LL server still serves the old weights; after it, it serves the new ones.
     stale = _rows(prompts, _sample(ll, prompts), pad)
     assert _max_server_actor_gap(ll, stale) > 1e-2
-    ll.sync_weights(global_steps=1)
+    ll.weights_changed()
     ll.wake_up(global_steps=1)
     fresh = _rows(prompts, _sample(ll, prompts), pad)
     assert _max_server_actor_gap(ll, fresh) < SYNC_TOLERANCE
@@ -131,7 +131,7 @@ def test_two_models_independent_and_weight_sync(tiny_models, ray_per_test, rollo
     # it; before, the sync into a dead vLLM server waited forever. First the wake-up's check finds it dead, then the
     # sync's own watch does, as when a server dies during the sync or answers the check just before it dies.
     _kill_servers(hl)
-    for sync in (lambda: (hl.sync_weights(global_steps=2), hl.wake_up(global_steps=2)),
+    for sync in (lambda: (hl.weights_changed(), hl.wake_up(global_steps=2)),
                  lambda: hl.push_weights(global_steps=3, watch_s=2.0)):  # fmt: skip
         error = _error_within(sync, timeout_s=180)
         assert isinstance(error, RuntimeError) and "HL rollout server(s) died" in str(error), repr(error)

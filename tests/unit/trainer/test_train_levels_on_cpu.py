@@ -1,7 +1,7 @@
 """How ``MLMTTrainer.train_levels`` orders the two levels' blocking worker calls (issue 8, defect 2).
 
-The two levels' worker groups are separate (``placement=split``): their log-prob, update and sync calls must run at
-the same time, and every log-prob pass must still come before either update (the HL's confidence term scores the
+The two levels' worker groups are separate (``placement=split``): their log-prob and update calls must run at the
+same time, and every log-prob pass must still come before either update (the HL's confidence term scores the
 LL's log-probs with this step's weights). Each level here is a stand-in that only records when its blocking calls
 start and end (the real calls are Ray round trips; the e2e tests and ``benchmarks/bench_mlmt_step.py --compare
 levels`` run them).
@@ -29,8 +29,10 @@ class _RecordingLevel:
         with self.lock:
             self.log.append((what, self.level, start, time.perf_counter()))
 
-    def sync_weights(self, step):
-        self.call("sync")
+    def weights_changed(self):  # no call: the servers get the weights at their next wake-up (weight_sync.py)
+        with self.lock:
+            now = time.perf_counter()
+            self.log.append(("changed", self.level, now, now))
 
 
 def _trainer(placement="split", confidence_lambda=0.0):
@@ -60,14 +62,15 @@ def test_both_levels_run_concurrently_with_log_probs_before_updates():
     metrics = trainer.train_levels(["ll", "hl"], None, None, None, None, timing)
     elapsed = time.perf_counter() - start
     assert set(metrics) == {"ll/pg_loss", "hl/pg_loss"}
-    assert elapsed < 3 * CALL_S + 0.25  # three phases side by side, not six calls in a row
+    assert elapsed < 2 * CALL_S + 0.25  # two phases side by side, not four calls in a row
     last_log_prob = max(end for what, _, _, end in log if what == "log_prob")
     first_update = min(start for what, _, start, _ in log if what == "update")
     assert last_log_prob <= first_update
-    for what in ("log_prob", "update", "sync"):
+    for what in ("log_prob", "update"):
         spans = [(s, e) for w, _, s, e in log if w == what]
         assert max(s for s, _ in spans) < min(e for _, e in spans), what  # the two levels' calls overlap
-    assert {"log_prob_ll", "log_prob_hl", "update_ll", "update_hl", "sync_ll", "sync_hl"} <= set(timing)
+    assert {"log_prob_ll", "log_prob_hl", "update_ll", "update_hl"} <= set(timing)
+    assert [what for what, _, _, _ in log].count("changed") == 2  # each updated level's servers await its weights
 
 
 @pytest.mark.parametrize("levels", [["ll"], ["hl"]])
@@ -75,14 +78,14 @@ def test_one_level_only_touches_that_level(levels):
     trainer, log = _trainer()
     trainer.train_levels(levels, None, None, None, None, {})
     assert {level for _, level, _, _ in log} == set(levels)
-    assert [what for what, _, _, _ in log] == ["log_prob", "update", "sync"]
+    assert [what for what, _, _, _ in log] == ["log_prob", "update", "changed"]
 
 
 def test_sequential_mode_runs_one_level_after_the_other():
     trainer, log = _trainer()
     start = time.perf_counter()
     trainer.train_levels(["ll", "hl"], None, None, None, None, {}, concurrent=False)
-    assert time.perf_counter() - start >= 6 * CALL_S
+    assert time.perf_counter() - start >= 4 * CALL_S
     assert [level for _, level, _, _ in log] == ["ll"] * 3 + ["hl"] * 3
 
 

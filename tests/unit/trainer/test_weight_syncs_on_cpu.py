@@ -1,123 +1,207 @@
-"""Weight syncs (actor -> rollout servers) happen only when the servers do not hold the actor's weights (issue 17,
-item 8), and each step counts them (``perf/weight_syncs/<level>``).
+"""One weight push per weight change (issue 33, item 4): pushes per step for each placement and (tH, tL) schedule,
+against the table of docs/ARCHITECTURE.md ("Weight syncs").
 
-The unit tier cannot start Ray, so each level here is a real :class:`PolicyGroup` whose ``CheckpointEngineManager``
-is replaced by a recorder of the two calls the group makes (``update_weights``: a sync; ``sleep_replicas``: a sleep
-that, in sleep mode, frees the weights). The same counts are checked on real workers and the ``hf`` server in sleep
-mode by ``tests/e2e/test_weight_sync_run_on_cpu.py``.
+The unit tier cannot start Ray, so each group here is a real :class:`PolicyGroup` whose ``CheckpointEngineManager``
+is replaced by servers that record the two calls the group makes (``update_weights``: a push of the actor's current
+version; ``sleep_replicas``: a sleep that, in sleep mode, frees the weights, as vLLM's level-2 sleep does). Every
+generation checks that the servers hold the actor's current weights, so a skipped push that left stale or freed
+weights fails. The steps call :class:`RolloutWeights` in the order ``MLMTTrainer.fit`` does. Before this change a
+level was pushed at every wake-up that followed a sleep: 2 pushes per level per step with a validation every step,
+whatever the schedule; the same counts on real workers: ``tests/e2e/test_weight_sync_run_on_cpu.py``.
 """
 
 from __future__ import annotations
 
+import re
+import time
+from pathlib import Path
+
 import pytest
 from omegaconf import OmegaConf
 
-from agent_system.trainer.policy import PolicyGroup, SyncCounter, awake, stays_awake
+from agent_system.trainer.policy import PolicyGroup
+from agent_system.trainer.schedule import levels_to_update
+from agent_system.trainer.weight_sync import RolloutWeights, sleeps_for_training
+
+DOCS = Path(__file__).resolve().parents[3] / "docs" / "ARCHITECTURE.md"
+SNAPSHOT = "ll_snapshot"
 
 
 class _Servers:
-    """Records the checkpoint manager's calls and whether the servers hold weights (sleep mode frees them)."""
+    """A level's rollout servers: which actor version they hold (None: no weights), and the calls they got."""
 
-    def __init__(self, sleep_mode: bool) -> None:
-        self.sleep_mode, self.calls, self.loaded = sleep_mode, [], False
+    def __init__(self, group: PolicyGroup, sleep_mode: bool, push_s: float = 0.0) -> None:
+        self.group, self.sleep_mode, self.push_s = group, sleep_mode, push_s
+        self.calls, self.version = [], None  # vLLM starts from dummy weights
         self.replicas = []  # the servers each wake-up checks are alive (none here: no Ray)
 
     def update_weights(self, global_steps):
-        self.calls.append(("sync", global_steps))
-        self.loaded = True
+        time.sleep(self.push_s)
+        self.calls.append(("push", global_steps))
+        self.version = self.group.actor_version
 
     def sleep_replicas(self):
         self.calls.append(("sleep", None))
         if self.sleep_mode:
-            self.loaded = False
+            self.version = None
 
 
-def _group(level="ll", sleep_mode=True, placement="colocated", freeze=False):
-    view = OmegaConf.create(
-        {
-            "mlmt": {"placement": placement, "ll": {"freeze": freeze}, "hl": {"freeze": False}},
-            "actor_rollout_ref": {"rollout": {"free_cache_engine": sleep_mode}},
-        }
-    )
+def _group(level, sleep_mode=True, push_s=0.0):
+    view = OmegaConf.create({"actor_rollout_ref": {"rollout": {"free_cache_engine": sleep_mode}}})
     group = PolicyGroup(level, view, worker_group=None, use_ref=False)
-    group.checkpoint_manager = _Servers(sleep_mode)
+    group.actor_version = 0
+    group.checkpoint_manager = _Servers(group, sleep_mode, push_s)
     return group
 
 
-def _generate(group):
-    assert group.checkpoint_manager.loaded, f"{group.level}: generating without weights"
+def _changed(group):
+    group.actor_version += 1  # an update, a checkpoint load, a snapshot refresh
+    group.weights_changed()
 
 
-def _validate(groups, batches, step):
-    with awake(groups, step):  # MLMTTrainer.validate: one session around all batches
-        for _ in range(batches):
-            with awake(groups, step):  # MLMTTrainer.rollout: one per batch
-                for group in groups:
-                    _generate(group)
+def _generate(groups):
+    for group in groups.values():
+        servers = group.checkpoint_manager
+        assert servers.version is not None, f"{group.level}: generating without weights"
+        assert servers.version == group.actor_version, f"{group.level}: generating with stale weights"
 
 
-def _train_step(groups, step, updated):
-    with awake(groups, step):
-        for group in groups:
-            _generate(group)
-    for group in groups:
-        if group.level in updated:
-            group.sync_weights(step)
+def _run(placement, schedule, steps, freeze_hl=False, validate=True, sleep_mode=True, reg_gap=None, groups=None):
+    """Pushes per step of a run whose steps call the weight-sync logic as ``MLMTTrainer.fit`` does; ``groups``: a
+    dict filled with the run's groups."""
+    groups = {} if groups is None else groups
+    groups.update({level: _group(level, sleep_mode) for level in ("ll", "hl")})
+    if reg_gap:
+        groups[SNAPSHOT] = _group(SNAPSHOT, sleep_mode)
+    weights = RolloutWeights(groups, placement, reads_other_levels=False)
+    frozen = {"ll": False, "hl": freeze_hl}
+    schedule = OmegaConf.create({"tH": schedule[0], "tL": schedule[1]})
+    pushes = {}
+
+    def validation():
+        weights.wake(step)
+        _generate(groups)
+
+    step = 0
+    if validate:
+        validation()
+        pushes[0] = weights.take()
+    for step in range(1, steps + 1):
+        weights.wake(step)
+        _generate(groups)
+        active = levels_to_update(step, schedule, frozen)
+        weights.sleep_for_training(active)
+        for level in active:
+            _changed(groups[level])
+        if reg_gap and step % reg_gap == 0:
+            _changed(groups[SNAPSHOT])
+        if validate:
+            validation()
+        pushes[step] = weights.take()
+    return {step: {k: v for k, v in m.items() if k.startswith("perf/")} for step, m in pushes.items()}
 
 
-@pytest.mark.parametrize("sleep_mode", [True, False])
-def test_validation_wakes_once_for_all_its_batches(sleep_mode):
-    ll = _group(sleep_mode=sleep_mode)
-    counter = SyncCounter([ll])
-    _validate([ll], batches=4, step=0)
-    assert counter.take() == {"perf/weight_syncs/ll": 1.0}  # the first load (servers start from dummy weights)
-    assert [c for c, _ in ll.checkpoint_manager.calls] == ["sync", "sleep"]
-    _train_step([ll], step=1, updated={"ll"})
-    _validate([ll], batches=4, step=1)
-    # sleep mode: the training rollout reloads (its sleep freed them), the update's weights load at validation's
-    # wake-up; without sleep mode: the update is pushed once, right after it
-    assert counter.take() == {"perf/weight_syncs/ll": 2.0 if sleep_mode else 1.0}
+def _documented_table() -> dict[str, dict[str, tuple[float, float] | None]]:
+    """docs/ARCHITECTURE.md's pushes per step: run → column → (LL, HL), None for a dash."""
+    section = DOCS.read_text(encoding="utf-8").split("## Weight syncs", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| ") and not line.startswith("| Run")]
+    columns = ("step 0", "both", "ll", "hl")
+    table = {}
+    for line in rows:
+        cells = [cell.strip() for cell in line.strip("|").split("|")]
+        table[cells[0]] = {
+            column: None if cell == "–" else tuple(float(x) for x in cell.split(","))
+            for column, cell in zip(columns, cells[1:], strict=True)
+        }
+    return table
 
 
-@pytest.mark.parametrize("sleep_mode", [True, False])
-def test_frozen_level_under_split_placement_syncs_once_and_never_sleeps(sleep_mode):
-    hl = _group("ll", sleep_mode=sleep_mode, placement="split", freeze=True)
-    assert hl.keep_awake
-    counter = SyncCounter([hl])
-    for step in (1, 2, 3):
-        _train_step([hl], step, updated=set())
-        _validate([hl], batches=3, step=step)
-    assert counter.take() == {"perf/weight_syncs/ll": 1.0}
-    assert [c for c, _ in hl.checkpoint_manager.calls] == ["sync"]
+def _category(step, run):
+    placement, schedule = run.split(", ", 1)
+    if step == 0:
+        return "step 0"
+    frozen = {"ll": False, "hl": schedule == "HL frozen"}
+    t_high, t_low = (1, 1) if schedule == "HL frozen" else map(int, re.findall(r"\d+", schedule))
+    active = levels_to_update(step, OmegaConf.create({"tH": t_high, "tL": t_low}), frozen)
+    return "both" if len(active) == 2 else active[0]
 
 
-def test_frozen_level_under_colocated_placement_sleeps_and_reloads_only_in_sleep_mode():
-    """Colocated: the other level trains on the same devices, so the frozen level frees its memory."""
-    assert not stays_awake(_group(placement="colocated", freeze=True).view, "ll")
-    for sleep_mode, expected in ((True, 3.0), (False, 1.0)):
-        frozen = _group(sleep_mode=sleep_mode, placement="colocated", freeze=True)
-        counter = SyncCounter([frozen])
-        for step in (1, 2, 3):
-            _train_step([frozen], step, updated=set())
-        assert counter.take() == {"perf/weight_syncs/ll": expected}
+def test_the_documented_table_covers_both_placements_and_schedules():
+    assert set(_documented_table()) == {
+        f"{placement}, {schedule}"
+        for placement in ("split", "colocated")
+        for schedule in ("(1, 1)", "(1, 15)", "HL frozen")
+    }
 
 
-def test_an_update_inside_a_session_is_pushed_at_once():
-    ll = _group(sleep_mode=True)
-    with awake([ll], 0):
-        ll.sync_weights(1)  # e.g. a checkpoint loaded while awake: the awake servers must not keep stale weights
-        assert ll.checkpoint_manager.calls[-1] == ("sync", 1)
-    assert ll.weight_syncs == 2
+@pytest.mark.parametrize("run", sorted(_documented_table()))
+def test_pushes_per_step_match_the_documented_table(run):
+    placement, schedule = run.split(", ", 1)
+    ratio = (1, 15) if schedule == "(1, 15)" else (1, 1)
+    steps = 16 if ratio == (1, 15) else 4  # (1, 15): the HL updates at step 15
+    counted = _run(placement, ratio, steps, freeze_hl=schedule == "HL frozen")
+    expected = _documented_table()[run]
+    for step, pushes in counted.items():
+        ll_hl = expected[_category(step, run)]
+        assert ll_hl is not None, f"{run}: step {step} is of a kind the table marks absent"
+        assert (pushes["perf/weight_syncs/ll"], pushes["perf/weight_syncs/hl"]) == ll_hl, (run, step, counted)
 
 
-def test_unbalanced_session_close_is_an_error():
-    with pytest.raises(RuntimeError, match="close_session"):
-        _group().close_session()
+def test_one_push_per_update_over_a_run_under_split():
+    counted = _run("split", (1, 15), 32)
+    updates = {"ll": 30, "hl": 2}  # HL steps 15 and 31
+    for level in ("ll", "hl"):
+        assert sum(p[f"perf/weight_syncs/{level}"] for p in counted.values()) == 1 + updates[level]
 
 
-def test_syncs_are_counted_per_level_and_reset_by_take():
-    ll, hl = _group("ll"), _group("hl")
-    counter = SyncCounter([ll, hl])
-    _train_step([ll, hl], 1, updated={"ll"})
-    assert counter.take() == {"perf/weight_syncs/ll": 1.0, "perf/weight_syncs/hl": 1.0}
-    assert counter.take() == {"perf/weight_syncs/ll": 0.0, "perf/weight_syncs/hl": 0.0}
+def test_without_validation_the_push_of_an_update_moves_to_the_next_rollout():
+    counted = _run("split", (1, 15), 16, validate=False)
+    ll = [counted[step]["perf/weight_syncs/ll"] for step in range(1, 17)]
+    hl = [counted[step]["perf/weight_syncs/hl"] for step in range(1, 17)]
+    assert ll == [1.0] * 14 + [1.0, 0.0]  # step 1: the initial weights; 2..15: the previous step's update
+    assert hl == [1.0] + [0.0] * 14 + [1.0]  # step 1: the initial weights; 16: step 15's update
+
+
+def test_without_sleep_mode_colocated_pushes_only_updated_levels():
+    counted = _run("colocated", (1, 15), 16, sleep_mode=False)
+    assert counted[1] == {"perf/weight_syncs/ll": 1.0, "perf/weight_syncs/hl": 0.0}
+    assert counted[15] == {"perf/weight_syncs/ll": 0.0, "perf/weight_syncs/hl": 1.0}
+
+
+@pytest.mark.parametrize("placement", ["split", "colocated"])
+def test_the_snapshot_is_pushed_only_after_a_refresh_and_never_sleeps(placement):
+    groups = {}
+    counted = _run(placement, (1, 1), 7, reg_gap=3, groups=groups)
+    snapshot = [counted[step][f"perf/weight_syncs/{SNAPSHOT}"] for step in range(8)]
+    assert snapshot == [1.0, 0.0, 0.0, 1.0, 0.0, 0.0, 1.0, 0.0]  # step 0: the initial weights; refreshes at 3, 6
+    assert ("sleep", None) not in groups[SNAPSHOT].checkpoint_manager.calls
+    assert ("sleep", None) in groups["ll"].checkpoint_manager.calls
+
+
+def test_a_level_sleeps_only_when_the_steps_training_uses_its_devices():
+    assert sleeps_for_training("ll", ["ll"], "split", reads_other_levels=False)
+    assert not sleeps_for_training("hl", ["ll"], "split", reads_other_levels=False)  # its devices stay idle
+    assert sleeps_for_training("hl", ["ll"], "colocated", reads_other_levels=False)  # the LL trains on them
+    assert sleeps_for_training("ll", ["hl"], "split", reads_other_levels=True)  # the confidence term reads the LL
+    assert not sleeps_for_training("ll", [], "colocated", reads_other_levels=False)  # nothing trains
+    assert not sleeps_for_training(SNAPSHOT, ["ll", "hl"], "colocated", reads_other_levels=True)
+
+
+def test_sync_time_is_the_push_and_the_levels_push_side_by_side_under_split():
+    for placement, slowest in (("split", 0.9), ("colocated", None)):
+        groups = {level: _group(level, push_s=0.5) for level in ("ll", "hl")}
+        weights = RolloutWeights(groups, placement, reads_other_levels=False)
+        start = time.perf_counter()
+        weights.wake(1)
+        elapsed = time.perf_counter() - start
+        if slowest:
+            assert elapsed < slowest, elapsed  # the two 0.5 s pushes overlap
+        else:
+            assert elapsed >= 1.0, elapsed  # colocated levels share processes: one after the other
+        timing = weights.take()
+        assert all(timing[f"timing_s/sync_{level}"] >= 0.5 for level in groups), timing
+        weights.wake(2)  # both hold their weights: no push, no sync time
+        assert weights.take() == {
+            **{f"perf/weight_syncs/{level}": 0.0 for level in groups},
+            **{f"timing_s/sync_{level}": 0.0 for level in groups},
+        }
