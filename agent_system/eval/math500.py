@@ -415,8 +415,9 @@ GRADING_NOTE = (
 
 
 LEAK_NOTE = (
-    '**Leaks** (`leak_rate`): feedbacks that state the problem\'s answer (a box, "the answer is X", an ending '
-    '"= X" or number, equivalent to the gold under the grader\'s rules; `agent_system/rewards/leak.py`). By '
+    '**Leaks** (`leak_rate`): feedbacks that state the problem\'s answer (a box, "the answer is X", a claim about '
+    'the asked quantity or a correction, an ending "= X" or number, equivalent to the gold under the grader\'s '
+    "rules; docs/LEAK.md). By "
     "transition: the share of leaking feedbacks among those between a wrong (i) or right (c) answer and the next."
 )
 

@@ -17,7 +17,25 @@ Candidates (nothing else counts):
 4. the last number of the feedback when it ends the text, in a last sentence with no negation, no question mark,
    and not a reference ("step 2", "equation (3)").
 
-Numbers in the working (``3 · 4 = 12``, then more text) are intermediate values and are never candidates.
+Rules 5 to 8 read a sentence with no question mark clause by clause (clauses end at ``;``, a dash, "but", and a
+comma or colon before a new subject), so a clause that rejects the solver's value does not hide the next one:
+
+5. a claim about the asked quantity: its name in the problem's question ("the probability (of two heads) is X",
+   "the total number ... equals X", "their mean is X"; "how many" adds number / count / total), a correctness name
+   ("the right probability", "the correct sum", "the result", "the solution") or the problem's variable
+   (``$y$``: "y is actually 7", "y = 7"), then a copula ("is", "=", "equals", "should be", "comes to", ":");
+6. a result verb: "you get / obtain / find X", "gives", "yields", "becomes", "works out to", "results in";
+7. a count of the noun a "how many" question counts: "there are 8 subsets", "has 9 diagonals", "= 9 divisors",
+   not a per-unit count ("each box has 12 eggs");
+8. after a clause that rejects a value, a correction: "it's 24", "it should be 1/3", "not 9.5 but 12", "= 45".
+
+A claim does not count when its clause is hypothetical ("if", "suppose", "were", ...) or reports the solver ("your",
+"you said / got / wrote"), when a negation governs it ("is not 7", "does not give 7"), when its value has no digit
+or LaTeX, when the working continues from it ("12, then add 5"), or when a negation follows it other than a
+correction ("42, not 40" counts, "5, which is wrong" does not).
+
+Each candidate is graded in the forms :func:`answer_forms` gives (digit groups joined, percentages as fractions):
+``1 000``, ``50%`` and ``37.5%`` state ``1000``, ``1/2`` and ``3/8``.
 
 Code (mbpp) and YAML-defined tasks: **not applicable**. Their HL writes about an execution result, and "the
 answer" is a program that passes hidden tests; no equivalence grader exists for a program written inside prose, so
@@ -26,6 +44,7 @@ their feedbacks are not checked and not counted (the metrics cover math rows onl
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 from collections.abc import Sequence
@@ -37,9 +56,11 @@ from agent_system.rewards.scoring import task_kind
 logger = logging.getLogger(__name__)
 
 SCAN_CHARS = 8_000  # read this many characters from each end of a feedback
-MAX_CANDIDATES = 8  # graded candidates per feedback (boxes first, then statements, then the ending)
+MAX_CANDIDATES = 8  # candidates per feedback (boxes first, then statements and claims, then the ending)
 MAX_CANDIDATE_CHARS = 200
 MAX_BOXES = 16  # boxes examined per feedback (the last ones)
+CLAIM_CONTEXT_CHARS = 2 * MAX_CANDIDATE_CHARS  # read around a claim: before its subject, after its verb
+MAX_PROBLEM_CHARS = 4_000  # the end of the problem text read for what it asks
 TRANSITIONS = ("i2c", "i2i", "c2c", "c2i")  # turn-1 outcome → turn-3 outcome (i: incorrect, c: correct)
 
 _BOX_RE = re.compile(r"\\(?:boxed|fbox)\s*\{")
@@ -67,6 +88,60 @@ _NUMBER_RE = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 _TRAILER_RE = re.compile(r"^[\s$.!*)\]}]*$")  # what may follow an answer that ends the text
 _DOLLAR_RE = re.compile(rf"^\$+((?:\\.|[^$\\]){{1,{MAX_CANDIDATE_CHARS}}})\$")
 _PROSE_RE = re.compile(r"\s+[A-Za-z]{2,}\b")  # a value ends before a word
+_QUESTION_RE = re.compile(
+    r"\b(?:what|which)\s+(?:is|are|was|will\s+be)\s+(?P<np>[^?.;$]{1,80})"
+    r"|\bwhat\s+(?P<kind>\w+)\s+(?:of|is|does|do)\b"
+    r"|\b(?:find|compute|calculate|determine|evaluate|give|state)\s+(?P<np2>[^?.;$]{1,80})"
+    r"|\bhow\s+(?:many|much)\s+(?P<counted>[^?.;$]{1,60})",
+    re.IGNORECASE,
+)
+_NP_END_RE = re.compile(
+    r"\b(?:of|that|when|if|in|for|such|whose|which|with|from|to|between|after|so|does|do|is|are|can|will|must|"
+    r"should|could|would|were|was|did|has|have|there)\b",
+    re.IGNORECASE,
+)
+_NOT_NAMES = {"the", "a", "an", "its", "their", "his", "her", "this", "that", "half", "twice", "all", "each", "exact"}
+_SYNONYMS = {"mean": "average", "average": "mean", "probability": "chance", "number": "count", "count": "number"}
+_VARIABLE_RE = re.compile(r"\$\s*([a-zA-Z])\s*\$")  # "solve for $y$"
+_ADVERB = r"(?:\s+(?:actually|exactly|really|just|simply|precisely|indeed|then))?"
+_COPULA = (
+    r"(?:'s|\s+is(?!n't)|\s+equals|\s*=(?!=)|\s+should\s+be|\s+must\s+be|\s+would\s+be|\s+will\s+be|\s+is\s+equal\s+to"
+    r"|\s+comes?\s+(?:out\s+)?to|\s+works?\s+out\s+(?:to|as)|\s+becomes|\s*:)" + _ADVERB + r"\s*"
+)
+_QUALIFIED = r"(?:\s+(?:of|for|in|on)\b[^=:;,]{1,60}?)?" + _COPULA  # "the probability of two heads is"
+_CORRECTNESS_NAME = r"(?:final|correct|right|true|actual|expected)\s+[a-z]+|result|solution"
+_VERB_RE = re.compile(
+    r"\b(?:you(?:'ll|\s+will|\s+should|\s+would|\s+now)?\s+(?:get|obtain|find|end\s+up\s+with|arrive\s+at|reach)"
+    r"|gives?|giving|yields?|becomes?|comes?\s+(?:out\s+)?to|works?\s+out\s+(?:to|as)|results?\s+in|leads?\s+to)\b\s*",
+    re.IGNORECASE,
+)
+_PRONOUN_RE = re.compile(r"\b(?:it|that|this)" + _COPULA, re.IGNORECASE)
+_CLAUSE_RE = re.compile(
+    r"\s*[;—–]\s*|\s+--\s+|\bbut\b|[,:]\s+(?=(?:so|and|which|then|the|it|its|it's|that|this|there|you|we|hence|thus|"
+    r"therefore)\b)",
+    re.IGNORECASE,
+)
+_HYPOTHETICAL_RE = re.compile(r"\b(?:if|suppose|supposing|assume|assuming|imagine|whether|unless|were)\b", re.I)
+_REPORTED_RE = re.compile(
+    r"\byour\b|\byou(?:'ve|\s+have|\s+had)?\s+(?:said|wrote|write|got|found|claimed|claim|concluded|conclude|computed|"
+    r"calculated|gave|say|state|stated|thought|think|believe|assumed|put|answered|reported|obtained|arrived\s+at|"
+    r"ended\s+up\s+with|came\s+up\s+with|had|used)\b",
+    re.IGNORECASE,
+)
+_PER_UNIT_RE = re.compile(r"\b(?:each|every|per|one|a\s+single)\b", re.IGNORECASE)
+_CONTINUED_RE = re.compile(
+    r"^\W*(?:then|and\s+then|before|after|plus|minus|times|divided|multiplied|so\s+far|at\s+first|first|for\s+now|"
+    r"per|each)\b",
+    re.IGNORECASE,
+)
+_CORRECTION_TAIL_RE = re.compile(r"^(?:\s+[A-Za-z]+){0,3}\s*(?:,|\(|—|–)?\s*(?:not|rather\s+than|instead\s+of)\b", re.I)
+_NEGATED_TAIL_RE = re.compile(r"n't\b|\b(?:not|never|wrong|incorrect|mistaken|a\s+mistake|an\s+error|off)\b", re.I)
+_GROUPED_DIGITS_RE = re.compile(r"(?<=\d)(?:\s|\\[,;: !]|~|\u2009|\u202f|\u00a0)(?=\d{3}(?!\d))")
+_PERCENT_RE = re.compile(r"^(.*\d)\s*\\?%$")
+_NEGATED_BEFORE_RE = re.compile(r"(?:n't|\b(?:not|never|no|cannot))\s+(?:\w+\s+)?$", re.IGNORECASE)
+_RELATIVE_RE = re.compile(r"[,:]\s+that\b", re.IGNORECASE)
+_EQUALS_RE = re.compile(r"(?<![!<>=\\])=(?!=)\s*")
+_BARE_VALUE_RE = re.compile(r"\s*(?:rather\s+)?[-\d$\\(]")
 
 
 def scanned_text(feedback: str) -> str:
@@ -104,7 +179,7 @@ def _value(rest: str) -> str:
         if depth > 0:
             continue
         following = rest[i + 1 : i + 2]
-        if char == "\n" or (char in ",;." and following in ("", " ", "\n")) or _PROSE_RE.match(rest, i):
+        if char in "\n—–" or (char in ",;." and following in ("", " ", "\n")) or _PROSE_RE.match(rest, i):
             end = i
             break
     return rest[:end].strip().rstrip(".,;:!?").strip().strip("$").strip()
@@ -147,14 +222,112 @@ def _ending(sentence: str) -> list[str]:
     return values
 
 
-def candidate_answers(feedback: str) -> list[str]:
-    """The candidate answers of a feedback (the module docstring's rules 1 to 4), distinct, at most
-    :data:`MAX_CANDIDATES`, each with balanced braces and at most :data:`MAX_CANDIDATE_CHARS` characters."""
+def asked_names(problem: str) -> tuple[frozenset[str], frozenset[str], frozenset[str]]:
+    """What a problem asks for: the names of the asked quantity ("probability", "total", "number"; with "how many",
+    also number / count / total), the noun a "how many" question counts ("ways"), and its variables (``$y$``)."""
+    problem = problem[-MAX_PROBLEM_CHARS:]
+    names, counted = set(), set()
+    for match in _QUESTION_RE.finditer(problem):
+        if match.group("kind"):
+            names.add(match.group("kind").lower())
+            continue
+        phrase = match.group("np") or match.group("np2") or match.group("counted")
+        words = [w for w in re.findall(r"[a-z]{3,}", _NP_END_RE.split(phrase, 1)[0].lower()) if w not in _NOT_NAMES]
+        if match.group("counted"):
+            counted.update(words[-1:])
+            names.update(("number", "count", "total"))
+        else:
+            names.update(words)
+    names.update(_SYNONYMS[name] for name in list(names) if name in _SYNONYMS)
+    variables = {m.group(1) for m in _VARIABLE_RE.finditer(problem)}
+    return frozenset(names), frozenset(counted), frozenset(variables)
+
+
+@functools.lru_cache(maxsize=1024)
+def _claim_patterns(problem: str) -> tuple[re.Pattern, re.Pattern | None]:
+    """The problem's subject pattern (a correctness name, an asked name or a variable, then a copula) and its count
+    pattern ("there are 9 diagonals"), None without a "how many" noun."""
+    names, counted, variables = asked_names(problem)
+    alternatives = [_CORRECTNESS_NAME] + [rf"\b{name}\b" for name in sorted(names)]
+    alternatives += [rf"(?<![\w\\]){re.escape(v)}(?!\w)" for v in sorted(variables)]
+    subject = re.compile(rf"(?:{'|'.join(alternatives)})" + _QUALIFIED, re.IGNORECASE)
+    if not counted:
+        return subject, None
+    nouns = "|".join(sorted(counted))
+    count = re.compile(
+        rf"(?:\bthere\s+(?:are|is|will\s+be|would\s+be)|\bha(?:s|ve)|\byou(?:'ll|\s+will|\s+should)?\s+get|\bgives?"
+        rf"|\byields?|=|\bmakes?|\bobtain)\s+(?:exactly\s+|only\s+)?(?P<n>\d[\d,]*(?:\.\d+)?)\s+(?:\w+\s+){{0,2}}?"
+        rf"(?:{nouns})\b",
+        re.IGNORECASE,
+    )
+    return subject, count
+
+
+def _clauses(sentence: str) -> list[tuple[int, int]]:
+    """The (start, end) spans of a sentence's clauses, cut at ``;``, dashes, "but" and a comma or colon before a new
+    subject ("the", "it", "so", "you", ...)."""
+    cuts = list(_CLAUSE_RE.finditer(sentence))
+    starts, ends = [0] + [m.end() for m in cuts], [m.start() for m in cuts] + [len(sentence)]
+    return [(start, end) for start, end in zip(starts, ends, strict=True) if start < end]
+
+
+def _claimed(sentence: str, clause_start: int, start: int, end: int) -> str | None:
+    """The value a claim states when its subject or verb spans ``sentence[start:end]``: None when the clause
+    before it is hypothetical or reports the solver, a negation governs it, the value is no maths, the working
+    continues from it ("then", "before"), or a negation follows it other than a correction ("42, not 40")."""
+    before = sentence[max(clause_start, start - CLAIM_CONTEXT_CHARS) : start]
+    if _HYPOTHETICAL_RE.search(before) or _REPORTED_RE.search(before) or _NEGATED_BEFORE_RE.search(before):
+        return None
+    rest = sentence[end : end + CLAIM_CONTEXT_CHARS]
+    if _DIRECT_NEGATION_RE.match(rest):
+        return None
+    value = _value(rest)
+    if not value or not re.search(r"\d|\\", value):
+        return None
+    tail = rest.split(value, 1)[-1]
+    if _CONTINUED_RE.match(tail):
+        return None
+    own = tail[: next((m.start() for m in _CLAUSE_RE.finditer(tail) if not _RELATIVE_RE.match(m.group())), None)]
+    if _NEGATED_TAIL_RE.search(own) and not _CORRECTION_TAIL_RE.match(own):
+        return None
+    return value
+
+
+def _claims(sentence: str, problem: str) -> list[str]:
+    """Rules 5 to 8: the values a sentence (with no question mark) claims for the asked quantity, clause by clause."""
+    subject, count = _claim_patterns(problem)
+    values, rejected = [], False
+    for start, end in _clauses(sentence):
+        clause = sentence[start:end]
+        spans = [m.span() for m in subject.finditer(clause)] + [m.span() for m in _VERB_RE.finditer(clause)]
+        if rejected:  # a correction: "16 isn't right, it's 24", "not 9.5 but 12", "= 45 instead"
+            spans += [m.span() for m in _PRONOUN_RE.finditer(clause)] + [m.span() for m in _EQUALS_RE.finditer(clause)]
+            spans += [(0, 0)] if _BARE_VALUE_RE.match(clause) else []
+        if count is not None:
+            spans += [
+                (m.start(), m.start("n"))
+                for m in count.finditer(clause)
+                if not _PER_UNIT_RE.search(clause[: m.start()].rsplit(",", 1)[-1])  # "each box has 12 eggs"
+            ]
+        for span_start, span_end in spans:
+            value = _claimed(sentence, start, start + span_start, start + span_end)
+            if value is not None:
+                values.append(value)
+        rejected = rejected or bool(_NEGATED_TAIL_RE.search(clause))
+    return values
+
+
+def candidate_answers(feedback: str, problem: str = "") -> list[str]:
+    """The candidate answers of a feedback (the module docstring's rules 1 to 8; ``problem`` names the asked quantity
+    for rules 5 and 7), distinct, at most :data:`MAX_CANDIDATES`, each with balanced braces and at most
+    :data:`MAX_CANDIDATE_CHARS` characters."""
     text = scanned_text(feedback or "")
     sentences = [s for s in _SENTENCE_END_RE.split(text) if s.strip()]
     found = _boxes(text)
     for sentence in sentences:
         found += _statements(sentence)
+        if "?" not in sentence:
+            found += _claims(sentence, problem)
     if sentences:
         found += _ending(sentences[-1])
     distinct: list[str] = []
@@ -163,6 +336,17 @@ def candidate_answers(feedback: str) -> list[str]:
         if value and balanced and len(value) <= MAX_CANDIDATE_CHARS and value not in distinct:
             distinct.append(value)
     return distinct[:MAX_CANDIDATES]
+
+
+def answer_forms(candidate: str, gold: str) -> list[str]:
+    """The forms of a candidate that are graded: digit groups joined (``1 000``, ``1\\,000`` → ``1000``), and a
+    percentage as a fraction (``50%`` → ``(50)/100``) or, against a gold in percent, a number as a percentage
+    (``0.25`` → ``(0.25)\\cdot 100``): the grader reads ``50\\%`` as 50."""
+    value = _GROUPED_DIGITS_RE.sub("", candidate)
+    percent = _PERCENT_RE.match(value)
+    if percent:
+        return [value, f"({percent.group(1)})/100"]
+    return [value, f"({value})\\cdot 100"] if "%" in gold else [value]
 
 
 def applies_to(data_source: str) -> bool:
@@ -188,13 +372,15 @@ def check_feedbacks(pool, feedbacks: Sequence[tuple[str, dict]]) -> np.ndarray:
         if not applies_to(row["data_source"]):
             continue
         result[index] = 0.0
-        for candidate in candidate_answers(text):
+        gold = str(row["reward_model"]["ground_truth"])
+        problem = str((row.get("extra_info") or {}).get("question") or "")
+        for form in (f for c in candidate_answers(text, problem) for f in answer_forms(c, gold)):
             owners.append(index)
             items.append(
                 {
                     "data_source": row["data_source"],
-                    "solution_str": "\\boxed{" + candidate + "}",
-                    "ground_truth": row["reward_model"]["ground_truth"],
+                    "solution_str": "\\boxed{" + form + "}",
+                    "ground_truth": gold,
                     "extra_info": {},
                     "rules_only": True,  # the pool never asks the LLM judge about a leak candidate
                 }

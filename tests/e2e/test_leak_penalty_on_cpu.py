@@ -54,7 +54,7 @@ def test_leak_rate_logged_and_the_penalty_in_the_hl_reward(cue_ll_unsure, cue_hl
         r3 = np.array([r["R3"] for r in records])
         assert metrics[step]["hl/reward_mean"] == pytest.approx((r3 - PENALTY * leaks).mean(), abs=1e-6)
         for record in records:  # a leak is a feedback with a candidate answer (the grader said which is 3)
-            assert not record["leak"] or candidate_answers(record["feedback"])
+            assert not record["leak"] or candidate_answers(record["feedback"], record["problem"])
         leaked += int(leaks.sum())
     assert "val/leak_rate" in metrics[2] and "val/leak_checked" in metrics[2]
     print(f"leaking feedbacks over the two steps: {leaked} of {2 * 32}")
