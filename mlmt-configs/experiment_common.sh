@@ -8,6 +8,8 @@
 #                      the parquet files; TRAIN_FILES / VAL_FILES override the two paths themselves
 #   LL_GPUS=2 HL_GPUS=2  devices per level (split placement; the original: one 4-GPU node, half per level)
 #   LOGGER='[console,tensorboard,wandb]'   verl's Tracking backends (W&B reads WANDB_API_KEY from the environment)
+#   KEEP_CKPTS=2       checkpoints kept (trainer.max_actor_ckpt_to_keep; null: all): a 1.5B + 7B full fine-tuning
+#                      save is ~110 GB
 #   MLMT_PYTHON=python the interpreter that runs `-m verl.trainer.main_mlmt` (the Slurm script sets it)
 #
 # Every script ends its command with "$@", so command-line overrides (and Hydra flags such as `--cfg job`) win.
@@ -20,6 +22,7 @@ DATA_DIR=${DATA_DIR:-data}
 LL_GPUS=${LL_GPUS:-2}
 HL_GPUS=${HL_GPUS:-2}
 LOGGER=${LOGGER:-[console,tensorboard,wandb]}
+KEEP_CKPTS=${KEEP_CKPTS:-2}
 
 # Models, devices and logging: the same in every run.
 COMMON=(
@@ -31,6 +34,7 @@ COMMON=(
   trainer.n_gpus_per_node=$((LL_GPUS + HL_GPUS))
   trainer.logger="$LOGGER"
   trainer.resume_mode=auto
+  trainer.max_actor_ckpt_to_keep="$KEEP_CKPTS"
 )
 
 # "RR": REINFORCE at both levels (no baseline), one attempt and one feedback per problem, as every original script.
@@ -96,6 +100,7 @@ SOLVER_ONLY=(
   trainer.n_gpus_per_node="${GPUS:-4}"
   trainer.logger="$LOGGER"
   trainer.resume_mode=auto
+  trainer.max_actor_ckpt_to_keep="$KEEP_CKPTS"
 )
 
 # Temperature and length of the early scripts (_1_1, _1_15, _1_20 at v-head): sampling at 0.1, 400 steps.

@@ -285,8 +285,60 @@ def validate_config(config: DictConfig) -> None:
         raise ConfigError("trainer.resume_mode=resume_path needs trainer.resume_from_path (a global_step_N folder)")
     if config.data.train_batch_size < 1:
         raise ConfigError("data.train_batch_size must be >= 1")
+    checkpoints_to_keep(config)
+    _check_checkpoint_engine(config)
     if os.environ.get("VERL_PLATFORM", "") == "cpu" and config.trainer.device != "cpu":
         raise ConfigError("VERL_PLATFORM=cpu but trainer.device is not cpu: set trainer.device=cpu")
+
+
+def checkpoints_to_keep(config: DictConfig) -> int | None:
+    """How many ``global_step_N`` checkpoints a run keeps (None: all), from verl's ``trainer.max_actor_ckpt_to_keep``.
+
+    A checkpoint is one ``global_step_N`` folder holding both levels' actors, their critics, the lagged snapshot and
+    the trainer state, kept or deleted whole (``state.prune_checkpoints``): ``trainer.max_critic_ckpt_to_keep`` can
+    only be unset or the same number.
+
+    Raises:
+        ConfigError: A value that is not an integer >= 1, or a critic limit other than the actor's; names the keys.
+    """
+    trainer = config.trainer
+    actor, critic = trainer.get("max_actor_ckpt_to_keep"), trainer.get("max_critic_ckpt_to_keep")
+    for key, value in (("max_actor_ckpt_to_keep", actor), ("max_critic_ckpt_to_keep", critic)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ConfigError(
+                f"trainer.{key}={value!r}: give the number of checkpoints to keep, an integer >= 1, or null to keep "
+                "every checkpoint"
+            )
+    if critic is not None and critic != actor:
+        raise ConfigError(
+            f"trainer.max_critic_ckpt_to_keep={critic} with trainer.max_actor_ckpt_to_keep={actor}: a checkpoint is "
+            "one global_step_N folder (actors, critics and snapshot together), kept or deleted whole; set "
+            f"trainer.max_actor_ckpt_to_keep={critic} and leave trainer.max_critic_ckpt_to_keep null (or equal)"
+        )
+    return actor
+
+
+# verl's rollout.checkpoint_engine.backend values other than naive (nccl, nixl, hccl, ...) build process groups of their
+# own between a level's trainer and rollout ranks (build_topology); the two-level weight sync (each level's and the
+# lagged snapshot's CheckpointEngineManager, policy.py) was built and tested on naive only.
+CHECKPOINT_ENGINE_BACKEND = "naive"
+
+
+def _check_checkpoint_engine(config: DictConfig) -> None:
+    """Refuse a ``<tree>.rollout.checkpoint_engine.backend`` other than ``naive`` for any level, by name."""
+    trees = ("actor_rollout_ref", "hl") if has_hl(config) else ("actor_rollout_ref",)
+    bad = [
+        f"{tree}.rollout.checkpoint_engine.backend={backend!r}"
+        for tree in trees
+        if (backend := OmegaConf.select(config, f"{tree}.rollout.checkpoint_engine.backend", default=None))
+        != CHECKPOINT_ENGINE_BACKEND
+    ]
+    if bad:
+        raise ConfigError(
+            f"{', '.join(bad)}: the two-level weight sync (each level's and the lagged snapshot's rollout servers) "
+            f"is built and tested on verl's {CHECKPOINT_ENGINE_BACKEND!r} backend only; set "
+            + ", ".join(f"{key.split('=')[0]}={CHECKPOINT_ENGINE_BACKEND}" for key in bad)
+        )
 
 
 def _check_archer(config: DictConfig) -> None:

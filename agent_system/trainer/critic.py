@@ -18,7 +18,8 @@ from verl import DataProto
 
 from agent_system import verl_compat as vc
 from agent_system.methods.value_shaping.shaping import HL_LOG_PROB_WEIGHT, critic_loss, step_weights
-from agent_system.trainer.policy import flatten_metrics, mini_batch_size, pad_to_multiple, to_padding_free, unpad_rows
+from agent_system.trainer.balance import Balance
+from agent_system.trainer.policy import flatten_metrics, for_ranks, mini_batch_size, to_padding_free
 
 
 class CriticGroup:
@@ -54,20 +55,19 @@ class CriticGroup:
         self.worker_group.set_loss_fn(self.loss_fn)
 
     def compute_values(self, batch: DataProto) -> torch.Tensor:
-        """Value estimates of every response position, (B, R)."""
-        padded, pad = pad_to_multiple(batch, self.worker_group.world_size)
-        td = to_padding_free(padded, temperature=self.temperature, compute_loss=False)
+        """Value estimates of every response position, (B, R), in ``batch``'s row order."""
+        ranked, rows, _ = for_ranks(batch, self.worker_group.world_size)
+        td = to_padding_free(ranked, temperature=self.temperature, compute_loss=False)
         output = self.worker_group.infer_batch(td).get()
-        return unpad_rows(vc.no_padding_2_padding(vc.tensordict_utils.get(output, "values"), td).float(), pad)
+        return vc.no_padding_2_padding(vc.tensordict_utils.get(output, "values"), td).float()[rows]
 
     def update(self, batch: DataProto) -> dict[str, float]:
-        """One critic update on ``values`` / ``returns`` of ``batch`` (padded with masked rows to the DP size)."""
-        td = update_data(batch, self.critic_config, self.worker_group.world_size, self.temperature)
+        """One critic update on ``values`` / ``returns`` of ``batch`` (padded with masked rows to the DP size and,
+        with more than one rank, balanced over the ranks as the actor's: ``critic/rank_tokens_max|min``)."""
+        td, balance = update_data(batch, self.critic_config, self.worker_group.world_size, self.temperature)
         output = self.worker_group.train_mini_batch(td).get()
-        return {
-            f"critic/{k.removeprefix('critic/')}": v
-            for k, v in flatten_metrics(vc.tensordict_utils.get(output, "metrics")).items()
-        }
+        metrics = flatten_metrics(vc.tensordict_utils.get(output, "metrics")) | (balance.metrics() if balance else {})
+        return {f"critic/{k.removeprefix('critic/')}": v for k, v in metrics.items()}
 
     def save_checkpoint(self, path: str, global_steps: int) -> None:
         self.worker_group.save_checkpoint(path, None, global_steps, None)
@@ -76,15 +76,17 @@ class CriticGroup:
         self.worker_group.load_checkpoint(path, None, False)
 
 
-def update_data(batch: DataProto, config: Any, world_size: int, temperature: float) -> Any:
-    """The padding-free ``TensorDict`` that ``train_mini_batch`` takes for one critic update of ``batch``.
+def update_data(batch: DataProto, config: Any, world_size: int, temperature: float) -> tuple[Any, Balance | None]:
+    """The padding-free ``TensorDict`` that ``train_mini_batch`` takes for one critic update of ``batch``, and its
+    :class:`~agent_system.trainer.balance.Balance` over the ranks (None on one rank).
 
-    ``batch`` is padded with masked rows to a multiple of ``world_size`` and split by verl into mini-batches of
+    ``batch`` is padded with masked rows to a multiple of ``world_size``, put in the balanced row order of
+    :func:`policy.for_ranks` (as the actor's batches) and split by verl into mini-batches of
     :func:`policy.mini_batch_size` rows (one optimizer step each, ``config.ppo_epochs`` passes). With
     ``value_grad=full`` the rows' :data:`value_shaping.HL_LOG_PROB_WEIGHT` (log π_H(g)/N3 over the whole batch) are
     rescaled by :func:`value_shaping.step_weights` so that every optimizer step gets the full −c·mean term.
     """
-    batch, _ = pad_to_multiple(batch, world_size)
+    batch, _, balance = for_ranks(batch, world_size)
     size = mini_batch_size(len(batch), config.ppo_mini_batch_size, world_size)
     td = to_padding_free(
         batch,
@@ -97,7 +99,7 @@ def update_data(batch: DataProto, config: Any, world_size: int, temperature: flo
     )
     if HL_LOG_PROB_WEIGHT in td.keys():
         td[HL_LOG_PROB_WEIGHT] = step_weights(td[HL_LOG_PROB_WEIGHT], len(batch), size)
-    return td
+    return td, balance
 
 
 def critic_config(view: DictConfig) -> Any:

@@ -7,6 +7,9 @@ passed as arguments, so it is unit-tested on a machine without a GPU; the thin r
   counted together, against Ray's free resources per node. verl waits for a placement group with no time-out, so a
   pool that cannot be placed would otherwise hang the run without a message. On the CPU backend devices are ranks
   (one ``CPU`` slot each), so the same check runs in CI.
+* :func:`idle_devices_notice`: a run-plan notice (not a refusal) when those pools use fewer devices than the job
+  has (``trainer.nnodes`` × ``trainer.n_gpus_per_node``, or the GPUs visible on this node when more): the defaults
+  use 2 devices of an 8-GPU node.
 * :func:`check_paths_on_every_node`: on a cluster of several nodes, the model folders (resolved on the driver's node:
   a hub name becomes a folder of the driver's cache) and ``trainer.default_local_dir`` must be visible from every
   node, or a worker fails to load its model (or a resume misses shards); the message says to use shared storage.
@@ -104,6 +107,45 @@ def pool_demands(config: DictConfig, device_resource: str) -> list[Demand]:
             Demand(f"ArCHer critic (mlmt.archer.num_gpus={mlmt.archer.num_gpus})", {"GPU": float(mlmt.archer.num_gpus)})
         )
     return demands
+
+
+def idle_devices_notice(config: DictConfig, visible: int | None) -> str | None:
+    """A start-up notice when the run's pools use fewer devices than the job has; None when they use them all.
+
+    The job has ``trainer.nnodes`` nodes of ``trainer.n_gpus_per_node`` devices, or of the GPUs visible on this node
+    (``visible``; None on the CPU backend) when there are more. The pools: :func:`pool_demands` (both levels or the
+    shared pool, the lagged snapshot, the ArCHer critic).
+    """
+    trainer, mlmt = config.trainer, config.mlmt
+    used = int(sum(demand.resources.get("GPU", 0.0) for demand in pool_demands(config, "GPU")))
+    per_node = max(int(trainer.n_gpus_per_node), visible or 0)
+    has = per_node * int(trainer.nnodes)
+    if used >= has:
+        return None
+    seen = bool(visible and visible > trainer.n_gpus_per_node)  # this node has more GPUs than the config says
+    node = f"{visible} GPUs visible on this node" if seen else f"trainer.n_gpus_per_node={trainer.n_gpus_per_node}"
+    per_node_key = f" with trainer.n_gpus_per_node={per_node}" if seen else ""
+    if mlmt.placement == "split":
+        levels = ("ll", "hl") if has_hl(config) else ("ll",)
+        sizes = " / ".join(f"mlmt.{level}_gpus (now {mlmt[f'{level}_gpus']})" for level in levels)
+        fix = f"raise {sizes}, or use mlmt.placement=colocated{per_node_key}"
+    else:
+        fix = f"set trainer.n_gpus_per_node={per_node}"
+    return (
+        f"GPUs: the resource pools use {used} of the job's {has} devices (trainer.nnodes={trainer.nnodes} × {node}): "
+        f"{has - used} stay idle; {fix}" + (", or hide them from the job (CUDA_VISIBLE_DEVICES)" if seen else "")
+    )
+
+
+def visible_gpus() -> int | None:
+    """GPUs visible to this process (None on the CPU backend)."""
+    from agent_system import verl_plugin
+
+    if verl_plugin.CPU_BACKEND_ACTIVE:
+        return None
+    import torch
+
+    return torch.cuda.device_count()
 
 
 def unplaceable(demands: list[Demand], free: dict[str, dict[str, float]]) -> bool:

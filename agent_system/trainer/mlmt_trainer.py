@@ -40,6 +40,7 @@ from agent_system.rewards import grading_context, leak
 from agent_system.trainer import advantages as adv
 from agent_system.trainer import plan as run_plan
 from agent_system.trainer import state as st
+from agent_system.trainer.config import checkpoints_to_keep
 from agent_system.trainer.hooks import Extension
 from agent_system.trainer.metrics import episode_metrics, plot_history, trajectory_records
 from agent_system.trainer.rows import LevelInputs, LevelRows, StepData, StepScores
@@ -415,6 +416,9 @@ class MLMTTrainer:
         )
         st.mark_latest(self.ckpt_dir, self.global_step)
         logger.info("checkpoint saved: %s", folder)
+        pruned = st.prune_checkpoints(self.ckpt_dir, checkpoints_to_keep(self.config))  # last: the new one is complete
+        if pruned:
+            logger.info("older checkpoints deleted (trainer.max_actor_ckpt_to_keep): steps %s", pruned)
 
     def resume(self) -> None:
         """Restore both models, the sampler, the stage history and the RNG from a checkpoint (``trainer.resume_mode``).

@@ -26,6 +26,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from agent_system.trainer.config import CRITIC_TREES, POLICY_TREES
+from agent_system.trainer.gpu_checks import idle_devices_notice, visible_gpus
 from agent_system.trainer.memory_estimate import (
     MemoryPlan,
     MemoryUnavailable,
@@ -415,6 +416,8 @@ def build_plan(config: DictConfig, train_rows: int, val_rows: int | None) -> Run
         "per update"
         for key, setting, size, rows in mini_batch_notices(config)
     ]
+    idle = idle_devices_notice(config, visible_gpus())
+    notices += [idle] if idle else []
     device, device_source = device_memory(config)
     memory, memory_unavailable = None, ""
     try:

@@ -366,11 +366,6 @@ def _row_content(batch: DataProto) -> tuple[torch.Tensor, list[torch.Tensor]]:
     return tensors["attention_mask"].sum(-1), [tensors[k] for k in keys]
 
 
-def unpad_rows(tensor: torch.Tensor, pad: int) -> torch.Tensor:
-    """Drop the ``pad`` rows :func:`pad_to_multiple` added."""
-    return tensor[: len(tensor) - pad]
-
-
 def flatten_metrics(metrics: Any) -> dict[str, float]:
     """verl returns per-micro-batch metric lists; report their mean."""
     flat = {}

@@ -8,12 +8,17 @@ Checkpoint layout under ``<trainer.default_local_dir>/checkpoints``::
     global_step_N/trainer_state.pt   step, sampler position, stage, RNG states, probe log-probs, the snapshot's
                                      refresh step
     latest_checkpointed_iteration.txt  N, written (tmp + rename) only after everything above is complete
+
+Retention (``trainer.max_actor_ckpt_to_keep``, :func:`prune_checkpoints`): after the pointer names the new checkpoint,
+whole ``global_step_N`` folders older than the kept ones are deleted, each first renamed to ``.pruning_global_step_N``
+(atomic), so a kill mid-deletion leaves a folder no resume can pick; the next pruning removes it.
 """
 
 from __future__ import annotations
 
 import os
 import random
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +26,8 @@ import pandas as pd
 import torch
 
 LATEST = "latest_checkpointed_iteration.txt"
+STEP_PREFIX = "global_step_"
+PRUNING_PREFIX = ".pruning_"  # a global_step_N folder being deleted: never a resume candidate
 
 
 class ProblemSampler:
@@ -62,7 +69,7 @@ def set_rng_state(state: dict) -> None:
 
 
 def step_dir(root: str | os.PathLike, step: int) -> Path:
-    return Path(root) / f"global_step_{step}"
+    return Path(root) / f"{STEP_PREFIX}{step}"
 
 
 def latest_step(root: str | os.PathLike) -> int | None:
@@ -95,6 +102,37 @@ def mark_latest(root: str | os.PathLike, step: int) -> None:
     os.replace(tmp, pointer)
 
 
+def prune_checkpoints(root: str | os.PathLike, keep: int | None) -> list[int]:
+    """Delete the ``global_step_N`` folders older than the ``keep`` newest complete checkpoints; returns their steps.
+
+    Kept: the step the ``latest`` pointer names and the ``keep - 1`` newest complete checkpoints (``trainer_state.pt``
+    written) below it. Deleted: every ``global_step_N`` folder with N below the oldest kept one, complete or not.
+    Folders above the pointer (a save a crash cut short, redone after the resume) are left alone. Call it after
+    :func:`mark_latest`: the checkpoint a resume needs is then complete and kept. Each folder is renamed to
+    ``.pruning_global_step_N`` before it is deleted, so a kill mid-deletion never leaves a partial ``global_step_N``;
+    such leftovers are deleted here first. ``keep`` None: keep every checkpoint.
+    """
+    root = Path(root)
+    for leftover in root.glob(f"{PRUNING_PREFIX}{STEP_PREFIX}*"):
+        shutil.rmtree(leftover)
+    latest = latest_step(root)
+    if keep is None or latest is None:
+        return []
+    steps = sorted(
+        int(folder.name.removeprefix(STEP_PREFIX))
+        for folder in root.glob(f"{STEP_PREFIX}*")
+        if folder.is_dir() and folder.name.removeprefix(STEP_PREFIX).isdigit()
+    )
+    complete = [s for s in steps if s < latest and (step_dir(root, s) / "trainer_state.pt").is_file()]
+    kept = [*complete[-(keep - 1) :], latest] if keep > 1 else [latest]
+    pruned = [s for s in steps if s < min(kept)]
+    for step in pruned:
+        doomed = root / f"{PRUNING_PREFIX}{STEP_PREFIX}{step}"
+        os.replace(step_dir(root, step), doomed)
+        shutil.rmtree(doomed)
+    return pruned
+
+
 def total_training_steps(total_steps: int | None, total_epochs: int, train_rows: int, batch_size: int) -> int:
     """Steps of the run: ``trainer.total_training_steps``, or when it is null ``trainer.total_epochs`` epochs of
     ``⌊train_rows / batch_size⌋`` steps (the sampler's epoch length)."""
@@ -118,11 +156,11 @@ def resume_point(mode: str, ckpt_dir: str | os.PathLike, resume_from_path: str |
         if not resume_from_path:
             raise ValueError("trainer.resume_mode=resume_path needs trainer.resume_from_path")
         folder = Path(resume_from_path).expanduser().resolve()
-        if not folder.name.startswith("global_step_") or not (folder / "trainer_state.pt").is_file():
+        if not folder.name.startswith(STEP_PREFIX) or not (folder / "trainer_state.pt").is_file():
             raise FileNotFoundError(
                 f"trainer.resume_from_path={resume_from_path}: not a complete global_step_N checkpoint folder "
                 "(no trainer_state.pt)"
             )
-        return folder.parent, int(folder.name.removeprefix("global_step_"))
+        return folder.parent, int(folder.name.removeprefix(STEP_PREFIX))
     step = latest_step(ckpt_dir)
     return None if step is None else (Path(ckpt_dir), step)

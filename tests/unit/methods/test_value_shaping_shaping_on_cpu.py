@@ -150,7 +150,7 @@ def _step_terms(shuffle: bool, mini_batch: int = 128, epochs: int = 1):
     batch, log_probs = _many_rows()
     config = copy.deepcopy(CRITIC)
     config.ppo_mini_batch_size, config.shuffle, config.ppo_epochs = mini_batch, shuffle, epochs
-    td = critic_module.update_data(batch, config, world_size=1, temperature=1.0)
+    td, _ = critic_module.update_data(batch, config, world_size=1, temperature=1.0)
     tu = vc.tensordict_utils
     size = tu.pop(td, key="mini_batch_size")
     loader = {k: tu.pop(td, key=k) for k in ("epochs", "seed", "dataloader_kwargs")}

@@ -6,7 +6,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from agent_system import verl_plugin
-from agent_system.trainer.config import ConfigError, compose_config, level_view, validate_config
+from agent_system.trainer.config import ConfigError, checkpoints_to_keep, compose_config, level_view, validate_config
 
 OVERRIDES = [
     "hl.actor.optim.lr=5e-7",
@@ -237,3 +237,52 @@ def test_cpu_token_caps_fit_the_longest_row_unless_the_user_set_them():
     caps = {key: OmegaConf.select(large, key) for key in TOKEN_CAPS}
     assert caps.pop("hl.actor.ppo_max_token_len_per_gpu") == 3000  # the user's value wins
     assert set(caps.values()) == {5120}
+
+
+# ---------------------------------------------------------------- issue 33: checkpoint retention, weight-sync backend
+
+
+@pytest.mark.parametrize(
+    ("actor", "critic", "kept"), [(None, None, None), (3, None, 3), (2, 2, 2), (1, None, 1)]
+)  # fmt: skip
+def test_checkpoints_to_keep_is_verls_actor_limit(cfg, actor, critic, kept):
+    OmegaConf.update(cfg, "trainer.max_actor_ckpt_to_keep", actor)
+    OmegaConf.update(cfg, "trainer.max_critic_ckpt_to_keep", critic)
+    validate_config(cfg)
+    assert checkpoints_to_keep(cfg) == kept
+
+
+@pytest.mark.parametrize(
+    ("actor", "critic", "named"),
+    [
+        (0, None, "trainer.max_actor_ckpt_to_keep=0"),  # verl's "> 0" test would keep every checkpoint
+        (-1, None, "trainer.max_actor_ckpt_to_keep=-1"),
+        (2.5, None, "trainer.max_actor_ckpt_to_keep=2.5"),
+        (True, None, "trainer.max_actor_ckpt_to_keep=True"),
+        (2, 0, "trainer.max_critic_ckpt_to_keep=0"),
+        (3, 2, "trainer.max_critic_ckpt_to_keep=2 with trainer.max_actor_ckpt_to_keep=3"),
+        (None, 2, "trainer.max_critic_ckpt_to_keep=2 with trainer.max_actor_ckpt_to_keep=None"),
+    ],
+)
+def test_a_retention_limit_that_cannot_act_is_refused_by_name(cfg, actor, critic, named):
+    OmegaConf.update(cfg, "trainer.max_actor_ckpt_to_keep", actor)
+    OmegaConf.update(cfg, "trainer.max_critic_ckpt_to_keep", critic)
+    with pytest.raises(ConfigError) as error:
+        validate_config(cfg)
+    assert named in str(error.value)
+
+
+@pytest.mark.parametrize("tree", ["actor_rollout_ref", "hl"])
+@pytest.mark.parametrize("backend", ["nccl", "nixl", None])
+def test_a_checkpoint_engine_backend_other_than_naive_is_refused_by_name(cfg, tree, backend):
+    OmegaConf.update(cfg, f"{tree}.rollout.checkpoint_engine.backend", backend)
+    with pytest.raises(ConfigError) as error:
+        validate_config(cfg)
+    assert f"{tree}.rollout.checkpoint_engine.backend={backend!r}" in str(error.value)
+    assert str(error.value).endswith(f"set {tree}.rollout.checkpoint_engine.backend=naive")
+
+
+def test_without_an_hl_its_checkpoint_engine_is_not_read(cfg):
+    OmegaConf.update(cfg, "mlmt.feedback", "self")
+    OmegaConf.update(cfg, "hl.rollout.checkpoint_engine.backend", "nccl")
+    validate_config(cfg)

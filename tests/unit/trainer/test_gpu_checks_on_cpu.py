@@ -5,7 +5,7 @@ runs in tests/integration/test_pool_check_on_cpu.py."""
 import pytest
 
 from agent_system.trainer.config import ConfigError, compose_config, level_nodes
-from agent_system.trainer.gpu_checks import pool_demands, pools_fit_message
+from agent_system.trainer.gpu_checks import idle_devices_notice, pool_demands, pools_fit_message
 
 
 def _nodes(count: int, gpus: int, cpus: int = 64) -> dict[str, dict[str, float]]:
@@ -299,3 +299,56 @@ def test_a_bad_plan_device_size_is_refused_at_start_up_by_name():
     config = compose_config(["mlmt.plan_device_gib=eighty"])
     with pytest.raises(ConfigError, match="mlmt.plan_device_gib='eighty': give the memory of one device in GiB"):
         prepare_devices(config, ["mlmt.plan_device_gib=eighty"])
+
+
+# ---------------------------------------------------------------- idle devices (issue 33, item 6)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "visible", "used", "has", "keys"),
+    [
+        ([], 8, 2, 8, ["8 GPUs visible on this node", "mlmt.ll_gpus (now 1) / mlmt.hl_gpus (now 1)",
+                       "mlmt.placement=colocated with trainer.n_gpus_per_node=8"]),  # the defaults on an 8-GPU node
+        (["mlmt.ll_gpus=2", "mlmt.hl_gpus=2", "trainer.n_gpus_per_node=8", "trainer.nnodes=2"], None, 4, 16,
+         ["trainer.nnodes=2 × trainer.n_gpus_per_node=8", "mlmt.ll_gpus (now 2)"]),
+        (["mlmt.placement=colocated", "trainer.n_gpus_per_node=4"], 8, 4, 8, ["set trainer.n_gpus_per_node=8"]),
+        (["mlmt.feedback=none", "mlmt.n=2", "mlmt.ll_gpus=2"], 4, 2, 4, ["raise mlmt.ll_gpus (now 2), or"]),
+    ],
+)  # fmt: skip
+def test_pools_that_leave_devices_idle_are_noticed_with_the_keys(overrides, visible, used, has, keys):
+    notice = idle_devices_notice(compose_config(overrides), visible)
+    assert notice is not None and f"use {used} of the job's {has} devices" in notice, notice
+    assert f"{has - used} stay idle" in notice and all(key in notice for key in keys), notice
+
+
+def test_the_idle_notice_does_not_suggest_the_node_size_already_set():
+    config = compose_config(["mlmt.ll_gpus=2", "mlmt.hl_gpus=2", "trainer.n_gpus_per_node=8"])
+    notice = idle_devices_notice(config, None)
+    assert notice is not None and notice.endswith("4 stay idle; raise mlmt.ll_gpus (now 2) / mlmt.hl_gpus (now 2), "
+                                                  "or use mlmt.placement=colocated"), notice  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("overrides", "visible"),
+    [
+        (["mlmt.ll_gpus=4", "mlmt.hl_gpus=4", "trainer.n_gpus_per_node=8"], 8),
+        (["mlmt.ll_gpus=2", "mlmt.hl_gpus=2", "trainer.n_gpus_per_node=4"], None),  # the experiment scripts
+        # the lagged snapshot's pool takes the other half: 2 + 2 + 2 of 6
+        (["mlmt.ll_gpus=2", "mlmt.hl_gpus=2", "trainer.n_gpus_per_node=6", "mlmt.reward.hl_reward=contrastive",
+          "mlmt.reward.contrastive_reference=lagged_snapshot"], 6),
+        (["mlmt.placement=colocated", "trainer.n_gpus_per_node=8"], 8),
+        ([], None),  # the CPU backend's defaults: one rank per level, trainer.n_gpus_per_node=1
+    ],
+)  # fmt: skip
+def test_no_notice_when_the_pools_use_every_device(overrides, visible):
+    assert idle_devices_notice(compose_config(overrides), visible) is None
+
+
+def test_the_run_plan_carries_the_idle_devices_notice(monkeypatch):
+    from agent_system.trainer import plan
+
+    monkeypatch.setattr(plan, "visible_gpus", lambda: 8)
+    config = compose_config(["data.train_batch_size=32", "actor_rollout_ref.actor.ppo_mini_batch_size=64",
+                             "hl.actor.ppo_mini_batch_size=64"])  # fmt: skip
+    notices = plan.build_plan(config, 1000, 10).notices
+    assert [n for n in notices if n.startswith("GPUs: the resource pools use 2 of the job's 8 devices")], notices

@@ -1,5 +1,5 @@
 """Rows sent to a level's data-parallel ranks are balanced by length and their order no longer depends on the input
-order (issue 17, item 8; verl's ``_balance_batch`` idea).
+order (issue 17, item 8; verl's ``_balance_batch`` idea), the critics' as the actors' (issue 33, item 6).
 
 The unit tier cannot start Ray: each level is a real :class:`PolicyGroup` whose worker group records what verl's
 dispatch would hand each rank (equal contiguous chunks of the batch, as ``chunk_tensordict`` splits it). The
@@ -18,6 +18,8 @@ from tensordict import TensorDict
 from agent_system import verl_compat as vc
 from agent_system.multi_turn_rollout.batch import build_rows
 from agent_system.trainer.balance import balanced_order
+from agent_system.trainer.config import compose_config
+from agent_system.trainer.critic import CriticGroup
 from agent_system.trainer.policy import PolicyGroup
 
 # One long problem's rows first, then short ones: the episode order puts all the long rows on rank 0.
@@ -135,3 +137,92 @@ def test_one_rank_keeps_the_input_order():
     group.update_actor(_batch([3, 1, 2, 0]))
     sent = group.worker_group.sent[-1]["input_ids"].offsets().diff().tolist()
     assert sent == [PROMPT_LENGTHS[i] + RESPONSE_LENGTHS[i] for i in (3, 1, 2, 0)]
+
+
+# ---------------------------------------------------------------- the critic's batches (issue 33, item 6)
+
+
+class _RecordingCriticWorkers:
+    """verl's critic ``TrainingWorker`` group as the driver sees it; records every batch it is sent."""
+
+    def __init__(self, world_size: int) -> None:
+        self.world_size, self.sent = world_size, []
+
+    def train_mini_batch(self, td):
+        self.sent.append(td)
+        output = TensorDict({}, batch_size=[])
+        vc.tensordict_utils.assign_non_tensor(output, metrics={"critic/vf_loss": 0.0})
+        return _Ready(output)
+
+    def infer_batch(self, td):
+        """A stand-in value model whose value at each position is a function of the token there."""
+        self.sent.append(td)
+        values = td["input_ids"].values().float() / 1000.0
+        nested = torch.nested.nested_tensor_from_jagged(values, offsets=td["input_ids"].offsets())
+        return _Ready(TensorDict({"values": nested}, batch_size=[len(td)]))
+
+
+class _Ready:
+    """What a worker group's non-blocking call returns: ``.get()`` gives the output."""
+
+    def __init__(self, value) -> None:
+        self.value = value
+
+    def get(self):
+        return self.value
+
+
+@pytest.fixture(scope="module")
+def critic_view(tiny_models):
+    return compose_config(
+        [
+            f"actor_rollout_ref.model.path={tiny_models['ll']}",
+            "mlmt.ll.adv_estimator=gae",
+            "critic.ppo_mini_batch_size=4",
+        ]
+    )
+
+
+def _critic(view, world_size: int) -> CriticGroup:
+    return CriticGroup("ll", view, _RecordingCriticWorkers(world_size))
+
+
+def _critic_batch(order: list[int]):
+    batch = _batch(order)
+    mask = batch.batch["response_mask"].float()
+    batch.batch["values"] = 0.1 * mask
+    batch.batch["returns"] = batch.batch["advantages"]
+    return batch
+
+
+def test_critic_update_batch_is_balanced_over_two_ranks(critic_view):
+    critic = _critic(critic_view, world_size=2)
+    metrics = critic.update(_critic_batch(list(range(8))))
+    tokens = _rank_tokens(critic.worker_group.sent[-1], 2)
+    longest = max(p + r for p, r in zip(PROMPT_LENGTHS, RESPONSE_LENGTHS, strict=True))
+    assert max(tokens) - min(tokens) <= longest, tokens  # episode order: 163 vs 30
+    assert metrics["critic/rank_tokens_max"] == max(tokens) and metrics["critic/rank_tokens_min"] == min(tokens)
+    assert metrics["critic/vf_loss"] == 0.0
+
+
+def test_a_permuted_batch_sends_the_critics_ranks_the_same_update(critic_view):
+    critic = _critic(critic_view, world_size=2)
+    order = list(range(7))  # padded to 8 with a masked copy
+    permuted = order.copy()
+    random.Random(1).shuffle(permuted)
+    critic.update(_critic_batch(order))
+    critic.update(_critic_batch(permuted))
+    first, second = (_content(td) for td in critic.worker_group.sent)
+    for key in first:
+        assert torch.equal(first[key], second[key]), key
+
+
+def test_values_come_back_in_the_callers_row_order(critic_view):
+    order = [0, 1, 2, 3, 5, 6, 7]  # episode order, the long rows first; padded for two ranks
+    one, two = _critic(critic_view, world_size=1), _critic(critic_view, world_size=2)
+    values_one, values_two = one.compute_values(_critic_batch(order)), two.compute_values(_critic_batch(order))
+    assert values_two.shape == values_one.shape == (7, max(RESPONSE_LENGTHS))
+    assert torch.equal(values_one, values_two)
+    tokens = _rank_tokens(two.worker_group.sent[-1], 2)
+    longest = max(p + r for p, r in zip(PROMPT_LENGTHS, RESPONSE_LENGTHS, strict=True))
+    assert max(tokens) - min(tokens) <= longest, tokens  # the input order: 161 vs 63

@@ -1,11 +1,13 @@
 """Resumable trainer state: the seeded problem sampler and the atomic ``latest`` checkpoint pointer."""
 
 import os
+import shutil
+from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from agent_system.trainer import state
+from agent_system.trainer import snapshot, state
 from agent_system.trainer.state import ProblemSampler, latest_step, mark_latest, step_dir
 
 
@@ -163,3 +165,136 @@ def test_resume_auto_and_disable(tmp_path):
     _checkpoint(tmp_path, 2)
     assert state.resume_point("auto", tmp_path, None) == (tmp_path, 2)
     assert state.resume_point("disable", tmp_path, None) is None
+
+
+# ---------------------------------------------------------------- checkpoint retention (issue 33, item 5)
+
+
+def _save(root, step, keep):
+    """What ``MLMTTrainer.save_checkpoint`` writes, in its order: both levels, critic, snapshot, state, pointer; then
+    pruning."""
+    folder = step_dir(root, step)
+    for part in ("ll", "hl", "ll_critic", "ll_snapshot"):
+        (folder / part).mkdir(parents=True)
+        (folder / part / "model.pt").write_text(f"{part} at {step}")
+    state.write_trainer_state(root, step, {"global_step": step, "snapshot": {"refreshed_at": step, "refresh_probe": 0}})
+    mark_latest(root, step)
+    return state.prune_checkpoints(root, keep)
+
+
+def _folders(root):
+    return sorted(p.name for p in root.iterdir() if p.is_dir())
+
+
+def test_pruning_keeps_the_newest_checkpoints_whole(tmp_path):
+    deleted = [_save(tmp_path, step, keep=2) for step in (10, 20, 30, 40)]
+    assert deleted == [[], [], [10], [20]]
+    assert _folders(tmp_path) == ["global_step_30", "global_step_40"]
+    for step in (30, 40):  # every part of a kept checkpoint stays: the resume reads each one
+        assert sorted(os.listdir(step_dir(tmp_path, step))) == [
+            "hl", "ll", "ll_critic", "ll_snapshot", "trainer_state.pt"
+        ]  # fmt: skip
+    assert state.resume_point("auto", tmp_path, None) == (tmp_path, 40)
+    saved = state.read_trainer_state(tmp_path, 40)
+    assert snapshot.restore_source(step_dir(tmp_path, 40), 40, saved)[0] == step_dir(tmp_path, 40) / "ll_snapshot"
+
+
+def test_keep_one_deletes_the_previous_only_after_the_new_one_is_complete(tmp_path):
+    _save(tmp_path, 5, keep=1)
+    step_dir(tmp_path, 10).mkdir()  # a save of step 10 in progress (killed here): nothing is deleted
+    (step_dir(tmp_path, 10) / "ll").mkdir()
+    assert state.prune_checkpoints(tmp_path, 1) == []
+    assert _folders(tmp_path) == ["global_step_10", "global_step_5"] and latest_step(tmp_path) == 5
+    shutil.rmtree(step_dir(tmp_path, 10))
+    assert _save(tmp_path, 10, keep=1) == [5]
+    assert _folders(tmp_path) == ["global_step_10"]
+
+
+def test_without_a_limit_every_checkpoint_stays(tmp_path):
+    for step in (1, 2, 3):
+        assert _save(tmp_path, step, keep=None) == []
+    assert _folders(tmp_path) == ["global_step_1", "global_step_2", "global_step_3"]
+
+
+def test_incomplete_folders_are_deleted_below_the_kept_ones_and_left_above_the_pointer(tmp_path):
+    _save(tmp_path, 2, keep=2)
+    step_dir(tmp_path, 3).mkdir()  # a save killed before its trainer state: incomplete, older than what is kept
+    _save(tmp_path, 4, keep=2)
+    _save(tmp_path, 6, keep=2)
+    step_dir(tmp_path, 8).mkdir()  # above the pointer: a save in progress, or cut short and redone after the resume
+    assert state.prune_checkpoints(tmp_path, 2) == []
+    _save(tmp_path, 7, keep=2)  # e.g. a stop request's save between two save_freq steps
+    assert _folders(tmp_path) == ["global_step_6", "global_step_7", "global_step_8"]
+
+
+def test_a_kill_during_deletion_loses_nothing_and_leaves_no_resumable_remains(tmp_path, monkeypatch):
+    for step in (10, 20):
+        _save(tmp_path, step, keep=2)
+    rmtree = shutil.rmtree
+
+    def killed(path, *args, **kwargs):  # the process dies half-way through deleting the oldest checkpoint
+        (Path(path) / "ll" / "model.pt").unlink()
+        raise KeyboardInterrupt("killed while deleting")
+
+    monkeypatch.setattr(state.shutil, "rmtree", killed)
+    with pytest.raises(KeyboardInterrupt):
+        _save(tmp_path, 30, keep=2)
+    monkeypatch.setattr(state.shutil, "rmtree", rmtree)
+    # the half-deleted folder no longer has a global_step_N name: auto resumes from the new checkpoint, and it
+    # cannot be given as trainer.resume_from_path
+    assert _folders(tmp_path) == [".pruning_global_step_10", "global_step_20", "global_step_30"]
+    assert state.resume_point("auto", tmp_path, None) == (tmp_path, 30)
+    with pytest.raises(FileNotFoundError, match="not a complete global_step_N"):
+        state.resume_point("resume_path", tmp_path, str(tmp_path / ".pruning_global_step_10"))
+    assert len(os.listdir(step_dir(tmp_path, 20))) == 5  # the older kept checkpoint is whole
+    _save(tmp_path, 40, keep=2)  # the next pruning removes the remains
+    assert _folders(tmp_path) == ["global_step_30", "global_step_40"]
+
+
+def test_a_kill_before_the_rename_deletes_nothing(tmp_path, monkeypatch):
+    for step in (10, 20):
+        _save(tmp_path, step, keep=None)
+
+    def killed(src, dst):
+        raise KeyboardInterrupt("killed before the rename")
+
+    monkeypatch.setattr(state.os, "replace", killed)
+    with pytest.raises(KeyboardInterrupt):
+        state.prune_checkpoints(tmp_path, 1)
+    assert _folders(tmp_path) == ["global_step_10", "global_step_20"]
+    assert len(os.listdir(step_dir(tmp_path, 10))) == 5 and latest_step(tmp_path) == 20
+
+
+class _SavingGroup:
+    """A level's (or critic's, or the snapshot's) worker group as ``save_checkpoint`` sees it: writes a shard."""
+
+    def save_checkpoint(self, path, global_steps):
+        Path(path).mkdir(parents=True)
+        (Path(path) / "model.pt").write_text(str(global_steps))
+
+
+class _Snapshot:
+    def save(self, folder, step):
+        _SavingGroup().save_checkpoint(folder / snapshot.CHECKPOINT_FOLDER, step)
+        return {"refreshed_at": step, "refresh_probe": None}
+
+
+def test_the_trainers_save_prunes_to_trainer_max_actor_ckpt_to_keep(tmp_path):
+    from omegaconf import OmegaConf
+
+    from agent_system.trainer.mlmt_trainer import MLMTTrainer
+
+    trainer = object.__new__(MLMTTrainer)
+    trainer.ckpt_dir, trainer.history, trainer.extensions = tmp_path, [], []
+    trainer.config = OmegaConf.create({"trainer": {"max_actor_ckpt_to_keep": 2, "max_critic_ckpt_to_keep": None}})
+    trainer.mlmt = OmegaConf.create({"ll": {"freeze": False}, "hl": {"freeze": False}})
+    trainer.groups = {"ll": _SavingGroup(), "hl": _SavingGroup()}
+    trainer.critics, trainer.snapshot = {"hl": _SavingGroup()}, _Snapshot()
+    trainer.sampler = ProblemSampler(_frame(), 3, seed=0)
+    trainer._probe_log_probs = dict
+    for step in (50, 100, 150):
+        trainer.global_step = step
+        trainer.save_checkpoint(stage_index=0)
+    assert _folders(tmp_path) == ["global_step_100", "global_step_150"]
+    assert sorted(os.listdir(step_dir(tmp_path, 100))) == ["hl", "hl_critic", "ll", "ll_snapshot", "trainer_state.pt"]
+    assert latest_step(tmp_path) == 150
