@@ -221,7 +221,8 @@ def validate_config(config: DictConfig) -> None:
             f"mlmt.hl.adv_estimator={mlmt.hl.adv_estimator} groups the m feedbacks on one attempt: set mlmt.m >= 2 "
             "or use reinforce / reinforce_plus_plus / gae for the HL"
         )
-    if mlmt.ll.turn3_group_by == "attempt" and mlmt.ll.adv_estimator in ("grpo", "rloo") and mlmt.m < 2:
+    turn3 = mlmt.feedback != "none"  # (without turn 3, _check_without_hl refuses turn3_group_by=attempt)
+    if turn3 and mlmt.ll.turn3_group_by == "attempt" and mlmt.ll.adv_estimator in ("grpo", "rloo") and mlmt.m < 2:
         raise ConfigError("mlmt.ll.turn3_group_by=attempt groups the m refinements of one attempt: set mlmt.m >= 2")
     from agent_system.prompts.templates import override_errors
 
@@ -420,6 +421,9 @@ def _check_without_hl(config: DictConfig) -> None:
             "mlmt.stages.stage_ids=1": 1 in stages.stage_ids,  # stage I rewards turn 1 with its −β·KL only
             "mlmt.stages.alpha": any(a > 0 for a in stages.alpha),
             "mlmt.stages.beta_turn3": any(b > 0 for b in stages.beta_turn3),
+            "mlmt.ll.turn3_group_by=attempt": mlmt.ll.turn3_group_by == "attempt",
+            # refinements per attempt: 1, or the YAML's default left alone, is accepted
+            f"mlmt.m={mlmt.m}": mlmt.m not in (1, OmegaConf.load(CONFIG_DIR / "mlmt_trainer.yaml").mlmt.m),
         }
         set_keys = [key for key, is_set in turn3_knobs.items() if is_set]
         if set_keys:

@@ -34,6 +34,12 @@ REJECTED = [
      ["actor_rollout_ref.rollout.temperature=0"]),
     (["actor_rollout_ref.rollout.temperature=0", "mlmt.hl.freeze=true"], ["actor_rollout_ref.rollout.temperature=0"]),
     (["algorithm.use_kl_in_reward=true"], ["algorithm.use_kl_in_reward=true"]),
+    # single turn: no refinements to count or group
+    (["mlmt.feedback=none", "mlmt.m=4"], ["mlmt.m=4", "mlmt.feedback=none"]),
+    (["mlmt.feedback=none", "mlmt.ll.turn3_group_by=attempt"], ["mlmt.ll.turn3_group_by=attempt",
+                                                                "mlmt.feedback=none"]),
+    (["mlmt.feedback=none", "mlmt.ll.turn3_group_by=attempt", "mlmt.m=1"], ["mlmt.ll.turn3_group_by=attempt",
+                                                                              "mlmt.feedback=none"]),
 ]  # fmt: skip
 
 ACCEPTED = [
@@ -43,6 +49,9 @@ ACCEPTED = [
     ["hl.rollout.temperature=0", "mlmt.hl.adv_estimator=grpo", "mlmt.m=2", "mlmt.hl.freeze=true"],  # HL never trains
     ["hl.rollout.temperature=0", "mlmt.feedback=self"],  # no HL
     ["actor_rollout_ref.rollout.temperature=0", "mlmt.ll.freeze=true"],  # the LL never trains
+    ["mlmt.feedback=none", "mlmt.m=1"],
+    ["mlmt.feedback=none"],  # the default m (2), left alone
+    ["mlmt.feedback=self", "mlmt.m=4"],  # four self-refinements per attempt
     ["hl.rollout.temperature=0.7", "mlmt.hl.adv_estimator=grpo", "mlmt.m=2"],
 ]
 
@@ -123,3 +132,12 @@ def test_stage_that_the_next_one_replaces_before_it_runs_is_rejected(schedule, s
     message = str(error.value)
     assert f"mlmt.stages.schedule={schedule}" in message and f"stage {stage} never runs" in message, message
     check_stages_reached(compose_config(_stages(fixed)), train_rows=10)
+
+
+def test_m_is_inert_without_turn_3():
+    """Why ``mlmt.m`` is refused with ``mlmt.feedback=none``: the run's rows and generations do not depend on it."""
+    plans = [build_plan(compose_config(["mlmt.feedback=none", f"mlmt.m={m}"]), 10, None) for m in (1, 4)]
+    assert plans[0].samples_per_step == plans[1].samples_per_step
+    assert plans[0].levels["ll"].rows_per_update == plans[1].levels["ll"].rows_per_update
+    with_turn3 = [build_plan(compose_config(["mlmt.feedback=self", f"mlmt.m={m}"]), 10, None) for m in (1, 4)]
+    assert with_turn3[0].samples_per_step < with_turn3[1].samples_per_step
