@@ -35,7 +35,9 @@ def build_rows(
 
     Args:
         prompts: prompt token ids per row.
-        responses: response token ids per row (each non-empty).
+        responses: response token ids per row; an empty one (the server sampled no token) becomes one placeholder
+            token, ``pad_token_id``, attended but masked out of ``response_mask`` (verl's padding-free rows need a
+            response token), so it is in no loss, gradient, reward position or count.
         pad_token_id: id used for padding (masked out everywhere).
         rollout_log_probs: the server's log-prob of each response token, optional.
         non_tensors: extra per-row fields (lists of equal length), stored as numpy object arrays.
@@ -52,16 +54,19 @@ def build_rows(
     prompt_ids = torch.full((batch, width_p), pad_token_id, dtype=torch.long)
     prompt_mask = torch.zeros((batch, width_p), dtype=torch.long)
     response_ids = torch.full((batch, width_r), pad_token_id, dtype=torch.long)
+    response_attention = torch.zeros((batch, width_r), dtype=torch.long)
     response_mask = torch.zeros((batch, width_r), dtype=torch.long)
     log_probs = torch.zeros((batch, width_r), dtype=torch.float32)
     for i, (prompt, response) in enumerate(zip(prompts, responses, strict=True)):
         prompt_ids[i, width_p - len(prompt) :] = torch.tensor(prompt, dtype=torch.long)
         prompt_mask[i, width_p - len(prompt) :] = 1
-        response_ids[i, : len(response)] = torch.tensor(response, dtype=torch.long)
+        tokens = response or [pad_token_id]
+        response_ids[i, : len(tokens)] = torch.tensor(tokens, dtype=torch.long)
+        response_attention[i, : len(tokens)] = 1
         response_mask[i, : len(response)] = 1
         if rollout_log_probs is not None:
             log_probs[i, : len(response)] = torch.tensor(rollout_log_probs[i], dtype=torch.float32)
-    attention_mask = torch.cat([prompt_mask, response_mask], dim=1)  # (B, P+R)
+    attention_mask = torch.cat([prompt_mask, response_attention], dim=1)  # (B, P+R)
     tensors = {
         "prompts": prompt_ids,
         "responses": response_ids,

@@ -28,6 +28,10 @@ FEEDBACK_SOURCES = ("model", "self", "none")  # mlmt.feedback: the HL, self-corr
 CONTRASTIVE_REFERENCES = ("lagged_snapshot", "no_feedback")
 KL_IN = ("loss", "advantage")  # mlmt.stages.kl_in: where β·KL acts (advantages.py, turn_kl.py)
 GROUP_ESTIMATORS = ("grpo", "rloo")  # baselines from the row's own group: a term constant in the group cancels
+LEVEL_BETAS = {"ll": ("beta_turn1", "beta_turn3"), "hl": ("beta_turn2",)}  # the mlmt.stages β of each level's turns
+# verl's kl_penalty names of k1 (log π − log π_ref): as a loss its expected gradient on the policy's own samples is
+# E_π[∇ log π] = 0 (docs/METHOD.md, "KL estimators"); "k1+" (k1's value, k2's gradient) acts
+INERT_KL_LOSS_TYPES = ("kl", "k1")
 # key -> its allowed values, checked first by validate_config (the YAML's comments say what each value does)
 CHOICES = {
     "mlmt.feedback": FEEDBACK_SOURCES,
@@ -217,7 +221,8 @@ def validate_config(config: DictConfig) -> None:
             f"mlmt.hl.adv_estimator={mlmt.hl.adv_estimator} groups the m feedbacks on one attempt: set mlmt.m >= 2 "
             "or use reinforce / reinforce_plus_plus / gae for the HL"
         )
-    if mlmt.ll.turn3_group_by == "attempt" and mlmt.ll.adv_estimator in ("grpo", "rloo") and mlmt.m < 2:
+    turn3 = mlmt.feedback != "none"  # (without turn 3, _check_without_hl refuses turn3_group_by=attempt)
+    if turn3 and mlmt.ll.turn3_group_by == "attempt" and mlmt.ll.adv_estimator in ("grpo", "rloo") and mlmt.m < 2:
         raise ConfigError("mlmt.ll.turn3_group_by=attempt groups the m refinements of one attempt: set mlmt.m >= 2")
     from agent_system.prompts.templates import override_errors
 
@@ -259,6 +264,8 @@ def validate_config(config: DictConfig) -> None:
     _reject_inert_torch_compile(config)
     _reject_cannot_act(config)
     _reject_inert_lora(config)
+    _reject_inert_kl_loss_type(config)
+    _reject_greedy_trained_level(config)
     from agent_system.methods.value_shaping.shaping import config_errors
 
     errors = config_errors(config)
@@ -466,6 +473,9 @@ def _check_without_hl(config: DictConfig) -> None:
             "mlmt.stages.stage_ids=1": 1 in stages.stage_ids,  # stage I rewards turn 1 with its −β·KL only
             "mlmt.stages.alpha": any(a > 0 for a in stages.alpha),
             "mlmt.stages.beta_turn3": any(b > 0 for b in stages.beta_turn3),
+            "mlmt.ll.turn3_group_by=attempt": mlmt.ll.turn3_group_by == "attempt",
+            # refinements per attempt: 1, or the YAML's default left alone, is accepted
+            f"mlmt.m={mlmt.m}": mlmt.m not in (1, OmegaConf.load(CONFIG_DIR / "mlmt_trainer.yaml").mlmt.m),
         }
         set_keys = [key for key, is_set in turn3_knobs.items() if is_set]
         if set_keys:
@@ -528,13 +538,54 @@ def _reject_cannot_act(config: DictConfig) -> None:
             "mlmt.stages.stage_ids has a stage I (1) with mlmt.ll.freeze=true: stage I changes only the solver's "
             "turn-1 reward, and the solver is frozen; use stage_ids [2]"
         )
-    hl_trains = has_hl(config) and not mlmt.hl.freeze
-    if hl_trains and mlmt.hl.adv_estimator in GROUP_ESTIMATORS and mlmt.m > 1 and config.hl.rollout.temperature == 0:
-        raise ConfigError(
-            f"hl.rollout.temperature=0 with mlmt.hl.adv_estimator={mlmt.hl.adv_estimator} and mlmt.m={mlmt.m}: "
-            "greedy decoding writes m identical feedbacks per attempt, so every HL advantage is 0; set "
-            "hl.rollout.temperature > 0, mlmt.m=1 with a non-group estimator, or another mlmt.hl.adv_estimator"
-        )
+
+
+def _reject_inert_kl_loss_type(config: DictConfig) -> None:
+    """Reject verl's k1 (``kl`` / ``k1``, :data:`INERT_KL_LOSS_TYPES`) where ``<tree>.actor.kl_loss_type`` feeds a
+    loss: verl's KL loss (``<tree>.actor.use_kl_loss=true``) and the per-turn β term (``mlmt.stages.kl_in=loss`` with a
+    β > 0 on the level's turns, trainer/turn_kl.py). With ``kl_in=advantage`` the sequence KL is a reward, where k1's
+    value is what acts, and the key is not read."""
+    errors = []
+    stages = config.mlmt.stages
+    for level in LEVELS if has_hl(config) else ("ll",):
+        tree = POLICY_TREES[level]
+        kl_type = config[tree].actor.kl_loss_type
+        if kl_type not in INERT_KL_LOSS_TYPES:
+            continue
+        losses = [f"{tree}.actor.use_kl_loss=true"] if config[tree].actor.use_kl_loss else []
+        if stages.kl_in == "loss":
+            betas = [key for key in LEVEL_BETAS[level] if any(b > 0 for b in stages[key])]
+            losses += [f"mlmt.stages.{key}={list(stages[key])}" for key in betas]
+        if losses:
+            errors.append(
+                f"{tree}.actor.kl_loss_type={kl_type} with {', '.join(losses)}: k1 (log π − log π_ref) as a loss has "
+                "an expected gradient of 0 on the policy's own samples, so the KL term never pulls the model toward "
+                f"its reference; set {tree}.actor.kl_loss_type=low_var_kl (k3, verl's default) or k3+ (k3's value, "
+                'the exact gradient of KL(π‖π_ref)), docs/METHOD.md "KL estimators"'
+            )
+    if errors:
+        raise ConfigError("; ".join(errors))
+
+
+def _reject_greedy_trained_level(config: DictConfig) -> None:
+    """Reject rollout temperature 0 on a level that updates. Its log-probs are taken at the rollout temperature and
+    verl divides the logits by ``temperature.clamp(min=1e-8)``: at T = 0 every sampled (greedy) token has log-prob 0
+    and gradient 0, so the policy gradient, the entropy bonus and the KL terms all vanish, whatever the estimator.
+    Validation decodes greedily on its own (``mlmt_trainer``), whatever the key."""
+    from agent_system.trainer.plan import frozen_levels
+
+    errors = []
+    for level, frozen in frozen_levels(config).items():
+        key = f"{POLICY_TREES[level]}.rollout.temperature"
+        temperature = OmegaConf.select(config, key)
+        if not frozen and temperature <= 0:
+            errors.append(
+                f"{key}={temperature} with a trained {level.upper()} (mlmt.{level}.freeze=false): its log-probs are "
+                "taken at this temperature, and at 0 verl gives every sampled token log-prob 0 and gradient 0, so the "
+                f"level would train on nothing; set {key} > 0 (1.0: the policy itself) or mlmt.{level}.freeze=true"
+            )
+    if errors:
+        raise ConfigError("; ".join(errors))
 
 
 def _plain(value: object) -> object:
@@ -668,8 +719,7 @@ def _reject_inert(config: DictConfig) -> None:
             f"attempt (mlmt.ll.turn3_group_by={mlmt.ll.turn3_group_by}): R1 is constant in the group, so α(R3 − R1) "
             "cancels; use turn3_group_by=problem"
         )
-    level_betas = {"ll": ("beta_turn1", "beta_turn3"), "hl": ("beta_turn2",)}
-    for level, keys in level_betas.items():
+    for level, keys in LEVEL_BETAS.items():
         if not mlmt[level].freeze:
             continue
         for key in keys:

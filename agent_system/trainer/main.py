@@ -120,24 +120,43 @@ def set_schedule_horizon(config: DictConfig, train_rows: int) -> dict[str, int]:
 
 
 def check_stages_reached(config: DictConfig, train_rows: int) -> None:
-    """Every stage of ``mlmt.stages.schedule`` must start on or before the run's last step (epochs mode: computed
-    from the ``train_rows`` training problems).
+    """Every stage of ``mlmt.stages.schedule`` must be active for at least one step: start on or before the run's last
+    step (epochs mode: computed from the ``train_rows`` training problems) and before the next stage starts (steps
+    count from 1, so a stage at 0 followed by one at 1, or two stages at one step, leave the first never active).
 
     Raises:
-        ConfigError: A stage starts after the last step; the message names the key and the computed total.
+        ConfigError: A stage starts after the last step, or when the next one does; the message names the key, the
+            stage and the step.
     """
     from agent_system.trainer.config import ConfigError
     from agent_system.trainer.plan import run_steps, steps_source
 
+    schedule = list(config.mlmt.stages.schedule)
     total = run_steps(config, train_rows)
-    late = [(i, start) for i, start in enumerate(config.mlmt.stages.schedule) if start > total]
+    late = [(i, start) for i, start in enumerate(schedule) if start > total]
     if late:
         index, start = late[0]
         raise ConfigError(
-            f"mlmt.stages.schedule={list(config.mlmt.stages.schedule)}: stage {index} starts at step {start}, after "
+            f"mlmt.stages.schedule={schedule}: stage {index} starts at step {start}, after "
             f"the run's last step {total} ({steps_source(config, train_rows)}); start it earlier or run more steps "
             "(trainer.total_training_steps)"
         )
+    _check_stages_active(schedule)
+
+
+def _check_stages_active(schedule: list[int]) -> None:
+    """Stage i runs from step max(schedule[i], 1) to schedule[i + 1] − 1 (``advantages.stage_at``): refuse a stage
+    whose next one starts on or before its first step, as :func:`check_stages_reached` refuses one after the last."""
+    from agent_system.trainer.config import ConfigError
+
+    for index, (start, following) in enumerate(zip(schedule[:-1], schedule[1:], strict=True)):
+        first = max(start, 1)
+        if following <= first:
+            raise ConfigError(
+                f"mlmt.stages.schedule={schedule}: stage {index} starts at step {start} (its first step is {first}) "
+                f"and stage {index + 1} at step {following}, so stage {index} never runs; start stage {index + 1} "
+                f"after step {first} or remove stage {index} (the run's steps count from 1)"
+            )
 
 
 def preflight(config: DictConfig):

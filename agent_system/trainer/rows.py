@@ -12,10 +12,6 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-# A turn with no response token (the server returned none) is trained as this one token with log-prob 0: verl's
-# padding-free rows need at least one response token.
-EMPTY_RESPONSE, EMPTY_LOG_PROBS = (0,), (0.0,)
-
 
 @dataclass(frozen=True)
 class StepScores:
@@ -130,8 +126,8 @@ class LevelRows:
         return cls(
             keys=RowKeys(turn=turn, problem=problem, attempt=attempt, feedback=feedback),
             prompts=[t.prompt_ids for t in turns],
-            responses=[list(t.response_ids or EMPTY_RESPONSE) for t in turns],
-            log_probs=[list(t.log_probs or EMPTY_LOG_PROBS) for t in turns],
+            responses=[list(t.response_ids) for t in turns],  # an empty one: a masked placeholder (build_rows)
+            log_probs=[list(t.log_probs) for t in turns],
         )
 
     def select(self, turn: int) -> LevelRows:

@@ -6,10 +6,11 @@ the row as ``TURN_KL_COEF`` and the actor's loss becomes
 
     PPO loss  +  agg_t( β_row · kl(log π_t, log π_ref,t) )
 
-with verl's ``kl_penalty`` estimator ``actor_rollout_ref.actor.kl_loss_type`` (``low_var_kl``: k3, bounded) and the
-actor's ``loss_agg_mode``. It is verl's ``use_kl_loss`` term with one coefficient per row instead of one per run:
-the gradient is per token (each token's own log-ratio), so its variance does not grow with the response length the
-way the sequence-KL advantage of ``kl_in=advantage`` does, and β = 0 leaves verl's loss untouched.
+with verl's ``kl_penalty`` estimator ``actor_rollout_ref.actor.kl_loss_type`` (``low_var_kl``: k3, bounded; k1, which
+has no expected gradient, is refused at start-up: docs/METHOD.md, "KL estimators") and the actor's ``loss_agg_mode``.
+It is verl's ``use_kl_loss`` term with one coefficient per row instead of one per run: the gradient is per token (each
+token's own log-ratio), so its variance does not grow with the response length the way the sequence-KL advantage of
+``kl_in=advantage`` does, and β = 0 leaves verl's loss untouched.
 
 :class:`ActorWorker` is verl's ``ActorRolloutRefWorker`` with one registered call that wraps the worker's own loss
 function, so the PPO part stays exactly verl's.

@@ -24,6 +24,6 @@ mlmt_run "${COMMON[@]}" "${MATH[@]}" "${LATER[@]}" "${RR[@]}" \
   mlmt.reward.hl_reward=value_shaped mlmt.value_shaping.value_coef="$VALUE_COEF" \
   mlmt.value_shaping.value_grad="$VALUE_GRAD" mlmt.value_shaping.symmetric_reward=true \
   mlmt.schedule.tH=1 mlmt.schedule.tL=1 \
-  hl.actor.use_kl_loss=true hl.actor.kl_loss_coef=0.05 hl.actor.kl_loss_type=kl \
+  hl.actor.use_kl_loss=true hl.actor.kl_loss_coef=0.05 hl.actor.kl_loss_type=low_var_kl \
   trainer.project_name=mlmt_baselines trainer.experiment_name="value_shaping_$VALUE_GRAD" \
   "$@"

@@ -160,7 +160,7 @@ def test_rl_guided_score_trains_the_guidance_model(cue_ll_sure, cue_hl, cue_data
             *SCORE_STAGES,
             "hl.actor.use_kl_loss=true",
             "hl.actor.kl_loss_coef=0.05",
-            "hl.actor.kl_loss_type=kl",
+            "hl.actor.kl_loss_type=low_var_kl",
             "hl.actor.optim.lr=1e-2",
         ],
     )

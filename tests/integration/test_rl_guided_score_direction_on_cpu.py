@@ -89,7 +89,7 @@ def test_guidance_update_raises_the_feedbacks_that_led_to_a_correct_refinement(t
             "mlmt.stages.alpha=[0.0,10.0]",
             "hl.actor.use_kl_loss=true",
             "hl.actor.kl_loss_coef=0.05",
-            "hl.actor.kl_loss_type=kl",
+            "hl.actor.kl_loss_type=low_var_kl",
             "hl.actor.optim.lr=1e-3",
             "hl.actor.ppo_mini_batch_size=4",
         ]

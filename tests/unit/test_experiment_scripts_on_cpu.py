@@ -185,6 +185,7 @@ RECIPES = {
         "mlmt.reward.hl_reward": "r3",
         "hl.actor.use_kl_loss": True,
         "hl.actor.kl_loss_coef": 0.05,
+        "hl.actor.kl_loss_type": "low_var_kl",  # k3, as MLMT's per-turn β (k1 = kl would not act)
         "hl.actor.optim.lr": 1e-6,
         "mlmt.stages.schedule": [0, 250],
     },
@@ -314,11 +315,41 @@ def test_value_shaping_script_composes_each_variant(value_grad, tmp_path):
         "mlmt.value_shaping.value_grad": value_grad,
         "mlmt.value_shaping.value_coef": 0.3,
         "mlmt.value_shaping.symmetric_reward": True,
+        "hl.actor.use_kl_loss": True,
+        "hl.actor.kl_loss_coef": 0.05,
+        "hl.actor.kl_loss_type": "low_var_kl",
         "trainer.project_name": "mlmt_baselines",
         "trainer.experiment_name": f"value_shaping_{value_grad}",
     }
     for key, value in expected.items():
         assert _select(config, key) == value, key
+
+
+@pytest.mark.parametrize("script", ["rl_guided_score/run_rl_guided_score.sh", "value_shaping/run_value_shaping.sh"])
+def test_recipe_kl_loss_pulls_the_guidance_model_toward_its_reference(script, tmp_path):
+    """The recipe's KL loss (verl's ``kl_penalty`` with its ``hl.actor.kl_loss_type``), in expectation over the HL's
+    own samples of a 3-token policy, has a gradient whose descent lowers KL(π‖π_ref); k1 (``kl``, which these recipes
+    used) has a gradient of exactly 0 (tests/unit/trainer/test_kl_estimators_on_cpu.py)."""
+    import torch
+
+    from agent_system import verl_compat as vc
+
+    config = compose_config(_script_argv(f"../recipes/{script}", tmp_path))
+    assert config.hl.actor.use_kl_loss and config.hl.actor.kl_loss_coef > 0
+    log_ref = torch.log_softmax(torch.tensor([0.5, 0.0, -0.5]), -1)
+
+    def kl_and_loss_grad(logits):
+        logits = logits.clone().requires_grad_(True)
+        log_pi = torch.log_softmax(logits, -1)
+        kl = float((log_pi.exp() * (log_pi - log_ref)).sum().detach())
+        kld = vc.kl_penalty(logprob=log_pi, ref_logprob=log_ref, kl_penalty=config.hl.actor.kl_loss_type)
+        (grad,) = torch.autograd.grad((log_pi.exp().detach() * kld).sum(), logits)
+        return kl, grad
+
+    logits = torch.tensor([-1.0, 0.5, 1.5])  # a policy moved away from its reference
+    kl, grad = kl_and_loss_grad(logits)
+    assert grad.abs().max() > 0.05, grad
+    assert kl_and_loss_grad(logits - 0.5 * grad)[0] < kl - 0.01  # one descent step moves toward the reference
 
 
 @pytest.mark.parametrize(("task", "batch"), [("arith_words", None), ("best_lang", "1")])

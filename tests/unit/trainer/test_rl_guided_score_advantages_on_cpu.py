@@ -30,7 +30,7 @@ RECIPE = [
     "mlmt.stages.alpha=[0.0,10.0]",
     "hl.actor.use_kl_loss=true",
     "hl.actor.kl_loss_coef=0.05",
-    "hl.actor.kl_loss_type=kl",
+    "hl.actor.kl_loss_type=low_var_kl",
 ]
 HL_ROWS = {"problem": [0, 0, 0, 0], "attempt": [0, 0, 1, 1], "feedback": [0, 1, 0, 1], "turn": [2, 2, 2, 2]}
 R3 = np.array([[[1.0, 0.0], [0.0, 1.0]]])  # the second attempt is correct after feedbacks (0, 0) and (1, 1)
