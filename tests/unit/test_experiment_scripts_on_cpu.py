@@ -271,6 +271,22 @@ def test_compare_per_baseline_overrides_name_the_bad_setting():
             per_baseline_overrides([bad])
 
 
+def test_compare_refuses_one_step_for_the_staged_baselines(monkeypatch, capsys):
+    """One step cannot hold stage I and stage II: the schedule [0,1] never runs stage I (the trainer refuses it), so
+    the comparison stops before training anything, naming the baselines; without a staged one, one step is fine."""
+    from agent_system.recipes import compare
+
+    monkeypatch.setattr(sys, "argv", ["compare", "--out", "unused", "--steps", "1", "--baselines", "grpo,score"])
+    with pytest.raises(SystemExit) as stopped:
+        compare.main()
+    assert stopped.value.code == 2 and "--steps 1: ['score']" in capsys.readouterr().err
+    monkeypatch.setattr(sys, "argv", ["compare", "--out", "unused", "--steps", "1", "--baselines", "grpo"])
+    monkeypatch.setattr(compare, "training_overlap", lambda args: None)
+    with pytest.raises(SystemExit) as stopped:  # passes the step check, stops at the missing evaluation data
+        compare.main()
+    assert "--eval-data" in capsys.readouterr().err
+
+
 def test_compare_rerun_keeps_the_training_minutes(tmp_path):
     """A finished run is not retrained on a rerun; the table keeps the minutes measured when it trained (was 0.0)."""
     import argparse
