@@ -132,3 +132,25 @@ def test_readme_is_a_users_guide():
     headings = _headings(REPO / "README.md")
     for section in ("Install", "Running", "Evaluate", "Slurm", "Tests", "Where to read more"):
         assert section in headings, f"README.md lost its '{section}' section"
+
+
+def test_entry_points_page_lists_every_entry_point_and_launcher():
+    """docs/ENTRY_POINTS.md is the one map: every module with a ``__main__`` block (but the sandbox's child, which the
+    sandbox runs as ``python -c``), every ``python -m`` module a tracked file shows, and every launcher script."""
+    page = (REPO / "docs" / "ENTRY_POINTS.md").read_text(encoding="utf-8")
+    listed = set(re.findall(r"`python -m ((?:agent_system|verl)(?:\.\w+)+)`", page))
+    mains = {
+        path.relative_to(REPO).with_suffix("").as_posix().replace("/", ".")
+        for top in ("agent_system", "verl")
+        for path in (REPO / top).rglob("*.py")
+        if 'if __name__ == "__main__":' in path.read_text(encoding="utf-8")
+    } - {"agent_system.rewards.sandbox_harness"}
+    module = re.compile(r"python -m ((?:agent_system|verl)(?:\.\w+)+)(?![.\w])")  # not a name cut by a line end
+    shown = {m for name in _tracked_text_files() for m in module.findall((REPO / name).read_text(encoding="utf-8"))}
+    missing = sorted((mains | shown) - listed)
+    assert len(mains) >= 13 and not missing, f"not in docs/ENTRY_POINTS.md: {missing}"
+    launchers = [p.relative_to(REPO).as_posix() for p in (REPO / "scripts").glob("*.sh")]
+    launchers += [p.relative_to(REPO).as_posix() for p in (REPO / "examples").rglob("*.sh")]
+    launchers += ["recipes/compare.sh", "mlmt-configs/submit_mlmt.sbatch", "mlmt-configs/math/eval_math500.sh"]
+    missing = [p for p in launchers if p not in page]
+    assert not missing, f"launchers missing from docs/ENTRY_POINTS.md: {missing}"
