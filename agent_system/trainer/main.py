@@ -364,12 +364,12 @@ def run_mlmt(config: DictConfig) -> dict:
 
     ``mlmt.plan_only=true`` logs and writes the plan, then returns ``{"plan", "out_dir"}`` without starting Ray.
     """
-    from agent_system import console
+    from agent_system import log_filter
     from agent_system.trainer.console import RunConsole
     from agent_system.trainer.stop_request import STOP_REQUEST
 
     _setup_logging()
-    console.keep_root_log_level()
+    log_filter.keep_root_log_level()
     STOP_REQUEST.install()  # a Slurm warning (SIGUSR1) during start-up stops the run after its first step
     config = prepare_config(config, _user_overrides())
     out_dir = Path(config.trainer.default_local_dir)
