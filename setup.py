@@ -10,9 +10,10 @@ setup(
     version="0.1.0",
     description="Multi-level multi-turn RL (solver + feedback writer) on verl 0.9.1",
     python_requires=">=3.10,<3.13",
-    # No package data: the configs (mlmt-configs/) and the entry-point shim (verl/) are read from the source tree,
-    # which is why the install is editable (`pip install -e .`).
+    # The configs (mlmt-configs/) and the entry-point shim (verl/) are read from the source tree, which is why the
+    # install is editable (`pip install -e .`); the package's own data files ship with it.
     packages=find_packages(include=["agent_system", "agent_system.*"]),
+    package_data={"agent_system.data": ["eval_sets.json"]},
     install_requires=[
         "verl==0.9.1",
         "torch>=2.11",

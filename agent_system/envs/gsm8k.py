@@ -96,11 +96,6 @@ class GSM8KEnv:
         self.episodes = 0
         self.index: int | None = None
 
-    @classmethod
-    def from_jsonl(cls, items_path: str | Path, shots_path: str | Path, **kwargs) -> GSM8KEnv:
-        """Items from one GSM8K JSONL (e.g. the test split), shots from another (the train split)."""
-        return cls(load_gsm8k(items_path), load_gsm8k(shots_path), **kwargs)
-
     def reset(self, index: int | None = None) -> str:
         """Start an episode on item ``index`` (default: the next of a seeded shuffle); returns the prompt text."""
         if index is None:

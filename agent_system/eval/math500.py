@@ -81,7 +81,7 @@ import numpy as np
 import pandas as pd
 from tqdm import tqdm
 
-from agent_system import console
+from agent_system import log_filter
 from agent_system.cpu_backend.hf_server import HFRolloutServer
 from agent_system.eval.grading import JUDGE_VERDICTS, OUTCOMES, LenientGrader, judge_answers, outcome
 from agent_system.eval.stats import interval, paired_sign_test, pass_at_k
@@ -843,7 +843,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    console.keep_root_log_level()
+    log_filter.keep_root_log_level()
     if args.compare:
         try:
             sys.stdout.write(compare_markdown(compare_runs(*args.compare)))

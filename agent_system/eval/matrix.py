@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from agent_system import console
+from agent_system import log_filter
 
 # agent_system.eval.math500 (it imports torch and transformers) is imported where it is used: the grading workers
 # are spawned processes, and each imports this module first.
@@ -296,7 +296,7 @@ def main() -> None:
     add_run_options(parser)
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    console.keep_root_log_level()
+    log_filter.keep_root_log_level()
     missing = [f"--{name}" for name in ("ll", "hl", "data", "out") if getattr(args, name) is None]
     if missing:
         parser.exit(2, f"error: {', '.join(missing)} required\n")

@@ -448,15 +448,6 @@ def leak_rates(leak: np.ndarray, first: np.ndarray, final: np.ndarray) -> dict[s
     return metrics
 
 
-def episode_leak_metrics(scores: dict[str, np.ndarray]) -> dict[str, float]:
-    """:func:`leak_rates` of a training or validation batch's ``scores`` (``leak``, ``r1``, ``r3``), or {}."""
-    if "leak" not in scores:
-        return {}
-    r3 = scores["r3"]
-    first = np.repeat(scores["r1"][:, :, None], r3.shape[2], axis=2) > 0.5
-    return leak_rates(scores["leak"], first, r3 > 0.5)
-
-
 def record_leak_metrics(records: Sequence[dict], prefix: str) -> dict[str, float]:
     """:func:`leak_rates` over trajectory records (``agent_system.trainer.metrics.trajectory_records``: ``leak``,
     ``R1``, ``R3``), with ``prefix/`` on every name; {} when no record was checked. Validation pools its batches

@@ -75,7 +75,7 @@ class ConsoleFilter(logging.Filter):
 
     def __init__(self) -> None:
         super().__init__()
-        from agent_system.console import KnownNoiseFilter
+        from agent_system.log_filter import KnownNoiseFilter
 
         self.noise = KnownNoiseFilter()
 

@@ -221,8 +221,8 @@ def start_local_ray(ray, attempts: int = 3, **init_args) -> None:
 
     Ray's raylet waits a fixed 15 s for its dashboard agent (a Python process it launches, always, dashboard or not)
     to report its ports, and aborts when the agent is slower to import, as on a loaded machine; ``ray.init`` then
-    raises "The current node timed out during startup" 30 s after it began (docs/MEASUREMENTS.md, "Two tests at a
-    time"). Only that failure is retried, after a warning that names it, and after stopping what the failed start
+    raises "The current node timed out during startup" 30 s after it began (dev/MEASUREMENTS_LOG.md, "Two tests at
+    a time"). Only that failure is retried, after a warning that names it, and after stopping what the failed start
     left running (its GCS server and helper processes: ``ray.shutdown`` does not know them). Any other error, and
     the last attempt's, is raised."""
     import psutil
@@ -383,12 +383,12 @@ def run_mlmt(config: DictConfig) -> dict:
 
     ``mlmt.plan_only=true`` logs and writes the plan, then returns ``{"plan", "out_dir"}`` without starting Ray.
     """
-    from agent_system import console
+    from agent_system import log_filter
     from agent_system.trainer.console import RunConsole
     from agent_system.trainer.stop_request import STOP_REQUEST
 
     _setup_logging()
-    console.keep_root_log_level()
+    log_filter.keep_root_log_level()
     STOP_REQUEST.install()  # a Slurm warning (SIGUSR1) during start-up stops the run after its first step
     config = prepare_config(config, _user_overrides())
     out_dir = Path(config.trainer.default_local_dir)

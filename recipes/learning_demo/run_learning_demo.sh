@@ -80,6 +80,6 @@ train() {  # NAME [extra overrides]: one training run into $OUT/NAME, its consol
 train mlmt
 train frozen_hl mlmt.hl.freeze=true
 
-"$PYTHON" -m agent_system.recipes.learning_curve --out "$OUT" --run "mlmt=$OUT/mlmt" --run "frozen_hl=$OUT/frozen_hl" \
+"$PYTHON" -m agent_system.comparisons.learning_curve --out "$OUT" --run "mlmt=$OUT/mlmt" --run "frozen_hl=$OUT/frozen_hl" \
     --title "SmolLM2-135M at both levels vs HL frozen: 64 held-out problems"
 echo "curve: $OUT/learning_curve.png, table: $OUT/learning_curve.md"

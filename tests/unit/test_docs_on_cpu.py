@@ -1,11 +1,12 @@
 """The repository's docs are the only ones it cites, and what they point at exists.
 
 * No tracked file names the team's working notes (files outside the repository a user cannot open).
-* Every `docs/NAME.md` a tracked file names exists, and a cited section (`docs/METHOD.md, "Stages and schedules"`,
-  `README, GPU install`) is a heading of that page.
+* Every `docs/NAME.md` or `dev/NAME.md` a tracked file names exists, and a cited section
+  (`docs/METHOD.md, "Stages and schedules"`, `README, GPU install`) is a heading of that page.
 * Every relative Markdown link resolves to a file, and a `#anchor` to a heading of its target.
 * Every command and repository path the user's guides show (README.md, docs/, recipes/**/README.md) exists.
-* README.md stays a user's guide (at most about 15 KB); measurements and history live in docs/.
+* README.md stays a user's guide (at most about 15 KB); measurements and history live in docs/ (the development
+  log and proposals in dev/).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ NOTES = re.compile(
 TEXT_SUFFIXES = {".py", ".md", ".sh", ".yaml", ".yml", ".txt", ".toml", ".cfg", ".sbatch", ""}
 GUIDES = ["README.md", *sorted(p.relative_to(REPO).as_posix() for p in (REPO / "docs").glob("*.md"))]
 GUIDES += sorted(p.relative_to(REPO).as_posix() for p in (REPO / "recipes").rglob("README.md"))
-TOP_DIRS = ("agent_system", "mlmt-configs", "recipes", "scripts", "tests", "docs", "examples", "benchmarks",
+TOP_DIRS = ("agent_system", "mlmt-configs", "recipes", "scripts", "tests", "docs", "dev", "examples", "benchmarks",
             "requirements", "verl")  # fmt: skip
 
 
@@ -75,13 +76,13 @@ def test_every_cited_doc_and_section_exists():
     for name in _tracked_text_files():
         # a citation may wrap over comment lines: join them ("# ", "  ", docstring indentation)
         text = re.sub(r"\s*\n\s*(?:#+ ?)?\s*", " ", (REPO / name).read_text(encoding="utf-8"))
-        for doc in set(re.findall(r"\bdocs/([A-Z][A-Z_]*\.md)", text)):
-            if not (REPO / "docs" / doc).is_file():
-                missing.append(f"{name}: docs/{doc} does not exist")
-        for doc, section in re.findall(r"\bdocs/([A-Z][A-Z_]*\.md),?\s+\"([^\"]+)\"", text):
-            page = REPO / "docs" / doc
+        for doc in set(re.findall(r"\b((?:docs|dev)/[A-Z][A-Z_]*\.md)", text)):
+            if not (REPO / doc).is_file():
+                missing.append(f"{name}: {doc} does not exist")
+        for doc, section in re.findall(r"\b((?:docs|dev)/[A-Z][A-Z_]*\.md),?\s+\"([^\"]+)\"", text):
+            page = REPO / doc
             if page.is_file() and section not in _headings(page):
-                missing.append(f'{name}: docs/{doc} has no section "{section}"')
+                missing.append(f'{name}: {doc} has no section "{section}"')
         # README sections named in messages and comments: README.md, 'Troubleshooting' / (README, GPU install: ...)
         cited = re.findall(r"README(?:\.md)?,\s+[\"']([^\"']+)[\"']", text)
         cited += re.findall(r"\(README, ([A-Z][\w -]+?)[):]", text)
@@ -131,3 +132,25 @@ def test_readme_is_a_users_guide():
     headings = _headings(REPO / "README.md")
     for section in ("Install", "Running", "Evaluate", "Slurm", "Tests", "Where to read more"):
         assert section in headings, f"README.md lost its '{section}' section"
+
+
+def test_entry_points_page_lists_every_entry_point_and_launcher():
+    """docs/ENTRY_POINTS.md is the one map: every module with a ``__main__`` block (but the sandbox's child, which the
+    sandbox runs as ``python -c``), every ``python -m`` module a tracked file shows, and every launcher script."""
+    page = (REPO / "docs" / "ENTRY_POINTS.md").read_text(encoding="utf-8")
+    listed = set(re.findall(r"`python -m ((?:agent_system|verl)(?:\.\w+)+)`", page))
+    mains = {
+        path.relative_to(REPO).with_suffix("").as_posix().replace("/", ".")
+        for top in ("agent_system", "verl")
+        for path in (REPO / top).rglob("*.py")
+        if 'if __name__ == "__main__":' in path.read_text(encoding="utf-8")
+    } - {"agent_system.rewards.sandbox_harness"}
+    module = re.compile(r"python -m ((?:agent_system|verl)(?:\.\w+)+)(?![.\w])")  # not a name cut by a line end
+    shown = {m for name in _tracked_text_files() for m in module.findall((REPO / name).read_text(encoding="utf-8"))}
+    missing = sorted((mains | shown) - listed)
+    assert len(mains) >= 13 and not missing, f"not in docs/ENTRY_POINTS.md: {missing}"
+    launchers = [p.relative_to(REPO).as_posix() for p in (REPO / "scripts").glob("*.sh")]
+    launchers += [p.relative_to(REPO).as_posix() for p in (REPO / "examples").rglob("*.sh")]
+    launchers += ["recipes/compare.sh", "mlmt-configs/submit_mlmt.sbatch", "mlmt-configs/math/eval_math500.sh"]
+    missing = [p for p in launchers if p not in page]
+    assert not missing, f"launchers missing from docs/ENTRY_POINTS.md: {missing}"

@@ -242,7 +242,7 @@ def test_compare_budget_composes_with_each_baseline(name, tmp_path):
     """recipes/compare.sh: each baseline's script plus the shared budget is a valid config with that budget."""
     import argparse
 
-    from agent_system.recipes.compare import BASELINES, budget_overrides
+    from agent_system.comparisons.compare import BASELINES, budget_overrides
 
     script, _, stages, devices = BASELINES[name]
     budget = argparse.Namespace(
@@ -259,7 +259,7 @@ def test_compare_budget_composes_with_each_baseline(name, tmp_path):
 
 
 def test_compare_per_baseline_overrides_name_the_bad_setting():
-    from agent_system.recipes.compare import per_baseline_overrides
+    from agent_system.comparisons.compare import per_baseline_overrides
 
     settings = ["archer:mlmt.archer.batch_size=4", "archer:mlmt.archer.updates_per_step=2", "grpo:data.seed=1"]
     assert per_baseline_overrides(settings) == {
@@ -291,7 +291,7 @@ def test_compare_rerun_keeps_the_training_minutes(tmp_path):
     """A finished run is not retrained on a rerun; the table keeps the minutes measured when it trained (was 0.0)."""
     import argparse
 
-    from agent_system.recipes.compare import train, write_outputs
+    from agent_system.comparisons.compare import train, write_outputs
 
     args = argparse.Namespace(steps=2, per_baseline={}, overrides=[], model="m", batch=2, eval_data="e.parquet")
     for name, recorded in (("grpo", "3.25\n"), ("score", None)):

@@ -103,7 +103,7 @@ def test_vllm_cpu_plugin_keeps_linear_weights_for_weight_sync():
 
 
 def test_console_filter_drops_known_noise_only(caplog):
-    from agent_system import console
+    from agent_system import log_filter
 
     def record(name: str, message: str) -> logging.LogRecord:
         return logging.LogRecord(name, logging.WARNING, "", 0, message, None, None)
@@ -111,12 +111,12 @@ def test_console_filter_drops_known_noise_only(caplog):
     noise = record("vllm.v1.worker", "libiomp is not found in LD_PRELOAD")
     real = record("vllm.v1.worker", "KV cache is too small")
     other = record("agent_system", "libiomp is not found in LD_PRELOAD")
-    keep = console.KnownNoiseFilter()
+    keep = log_filter.KnownNoiseFilter()
     assert not keep.filter(noise) and keep.filter(real) and keep.filter(other)
-    console.install()
+    log_filter.install()
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("default")
-        console.install()
+        log_filter.install()
         warnings.warn("torchtitan engine is not available: ModuleNotFoundError", UserWarning, stacklevel=1)
         warnings.warn("a real problem", UserWarning, stacklevel=1)
     assert [str(w.message) for w in seen] == ["a real problem"]
@@ -127,12 +127,12 @@ def test_project_info_logs_survive_vllms_logging_dependency(monkeypatch):
     which hid "checkpoint saved", "resumed from" and the run summary."""
     from model_hosting_container_standards.logging_config import configure_root_logger
 
-    from agent_system import console
+    from agent_system import log_filter
 
     monkeypatch.delenv("SAGEMAKER_CONTAINER_LOG_LEVEL", raising=False)
     root = logging.getLogger()
     monkeypatch.setattr(root, "level", logging.INFO)
-    console.keep_root_log_level()
+    log_filter.keep_root_log_level()
     configure_root_logger()
     assert root.level == logging.INFO
 

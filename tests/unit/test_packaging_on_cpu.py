@@ -95,3 +95,22 @@ def test_declared_package_files_exist():
         if not list((REPO / package.replace(".", "/")).glob(pattern))
     ]
     assert not missing, f"setup.py package_data patterns that match no file: {missing}"
+
+
+def test_every_data_file_of_the_package_is_declared():
+    """A file the package reads at run time (not a module) is in package_data, so a non-editable install ships it."""
+    keywords = _setup_keywords()
+    package_data = ast.literal_eval(keywords["package_data"]) if "package_data" in keywords else {}
+    declared = {
+        path
+        for package, patterns in package_data.items()
+        for pattern in patterns
+        for path in (REPO / package.replace(".", "/")).glob(pattern)
+    }
+    data_files = {
+        path
+        for path in (REPO / "agent_system").rglob("*")
+        if path.is_file() and path.suffix not in {".py", ".pyc"} and "__pycache__" not in path.parts
+    }
+    assert data_files, "agent_system/ holds no data file: this test checks nothing"
+    assert not data_files - declared, f"package files setup.py's package_data does not ship: {data_files - declared}"

@@ -70,10 +70,10 @@ def test_validation_rows_of_any_call_are_held_out_from_training_rows_of_any_othe
 def test_the_cpu_comparison_evaluates_held_out_problems(tmp_path):
     """recipes/README.md's comparison: the runs train on the embedded task (mlmt.dataset defaults), the table is
     evaluated on the first 16 problems of a 32-problem validation file of the same task; overlap measured by
-    agent_system.recipes.compare.training_overlap (id and normalised text)."""
+    agent_system.comparisons.compare.training_overlap (id and normalised text)."""
     import argparse
 
-    from agent_system.recipes.compare import training_overlap
+    from agent_system.comparisons.compare import training_overlap
 
     _, val_path = ensure_default_dataset(str(tmp_path), n_train=256, n_val=32, seed=0, max_difficulty=1)
     args = argparse.Namespace(train=None, overrides=[], eval_data=val_path, limit=16)

@@ -26,7 +26,7 @@ from agent_system.data.heldout import (
     overlap,
     validation_warnings,
 )
-from agent_system.data.prepare import eval_sets_source
+from agent_system.data.prepare import eval_sets_json
 
 REPO = Path(__file__).resolve().parents[3]
 SHARED = os.environ.get("MLMT_SHARED_DATA", str(Path(__file__).resolve().parents[4] / "shared" / "data"))
@@ -150,7 +150,6 @@ def test_preflight_refuses_test_split_training_rows_before_ray(prepared, tmp_pat
 
 
 def test_the_embedded_evaluation_sets_are_the_data():
-    source = (REPO / "agent_system/data/eval_sets.py").read_text()
-    assert source == eval_sets_source(SHARED)
+    assert eval_sets.EVAL_SETS_FILE.read_text() == eval_sets_json(SHARED)
     assert (len(eval_sets.MATH500_UNIQUE_IDS), len(eval_sets.MATH500_TEXT)) == (500, 500)
     assert len(eval_sets.GSM8K_TEST_TEXT) == 1319 and len(eval_sets.MBPP_TEST_TEXT) == 499  # two tasks share a text

@@ -133,7 +133,7 @@ def test_the_command_reports_bad_input_without_a_traceback(argv, message, tmp_pa
     argv = [a.replace("MISSING", str(tmp_path / "missing")) for a in argv]
     command = ["matrix", *argv, "--data", str(tmp_path / "d.parquet"), "--out", str(tmp_path / "out")]
     monkeypatch.setattr(sys, "argv", command)
-    monkeypatch.setenv("SAGEMAKER_CONTAINER_LOG_LEVEL", "INFO")  # main() pins it (agent_system.console)
+    monkeypatch.setenv("SAGEMAKER_CONTAINER_LOG_LEVEL", "INFO")  # main() pins it (agent_system.log_filter)
     with pytest.raises(SystemExit) as stopped:
         matrix.main()
     assert stopped.value.code == 2

@@ -1,8 +1,9 @@
-"""agent_system/recipes/learning_curve.py on hand-written validation records: accuracies, standard errors, truncation
-shares and the paired tests checked against a hand computation; the CLI writes the table and the plot; the recipe
-recipes/learning_demo/run_learning_demo.sh gives both runs the same settings but the freeze and never mixes runs.
+"""agent_system/comparisons/learning_curve.py on hand-written validation records: accuracies, standard errors,
+truncation shares and the paired tests checked against a hand computation; the CLI writes the table and the plot; the
+recipe recipes/learning_demo/run_learning_demo.sh gives both runs the same settings but the freeze and never mixes
+runs.
 
-    .venv/bin/python -m pytest tests/unit/recipes/test_learning_curve_on_cpu.py
+    .venv/bin/python -m pytest tests/unit/comparisons/test_learning_curve_on_cpu.py
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from agent_system.recipes.learning_curve import learning_curves, main, markdown, standard_error
+from agent_system.comparisons.learning_curve import learning_curves, main, markdown, standard_error
 
 
 def _record(problem: int, r1: float, r3: float, cut_attempt: bool = False) -> dict:

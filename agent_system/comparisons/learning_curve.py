@@ -13,7 +13,7 @@ The standard error of an accuracy p over N problems is sqrt(p (1 − p) / N).
 Used by ``bash recipes/learning_demo/run_learning_demo.sh`` (SmolLM2 at both levels against a frozen feedback writer);
 on any runs::
 
-    python -m agent_system.recipes.learning_curve --out DIR --run mlmt=RUN_A --run frozen_hl=RUN_B
+    python -m agent_system.comparisons.learning_curve --out DIR --run mlmt=RUN_A --run frozen_hl=RUN_B
 """
 
 from __future__ import annotations
