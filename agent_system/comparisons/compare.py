@@ -235,7 +235,8 @@ def main() -> None:
         parser.exit(2, f"error: --baselines: unknown {unknown}; choose from {list(BASELINES)}\n")
     staged = [name for name in names if BASELINES[name][2]]
     if staged and args.steps < 2:
-        parser.exit(2, f"error: --steps {args.steps}: {staged} run stage I then stage II, which needs --steps 2 or more\n")
+        needs = "which needs --steps 2 or more"
+        parser.exit(2, f"error: --steps {args.steps}: {staged} run stage I then stage II, {needs}\n")
     try:
         args.per_baseline = per_baseline_overrides(args.set)
     except ValueError as error:

@@ -39,8 +39,10 @@ passed as arguments, so it is unit-tested on a machine without a GPU; the thin r
   latter that differs from the former would not act, and is refused by name.
 
 The per-device memory estimate (item 9 of the GPU issue) is part of the run plan
-(:mod:`agent_system.trainer.memory_estimate`): ``main.preflight`` logs it at start-up, before Ray, with a warning when a
-device's sum exceeds the device. Here ``mlmt.plan_device_gib`` is checked with the other device settings.
+(:mod:`agent_system.trainer.memory_estimate`): ``main.preflight`` logs it at start-up, before Ray. On a GPU it first
+lowers the token budgets of padded passes (no flash-attn) to what fits (:func:`lower_padded_budgets`), then refuses a
+run whose estimated peak still exceeds a device, unless ``mlmt.plan_allow_overcommit``. Here ``mlmt.plan_device_gib``
+is checked with the other device settings.
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ from dataclasses import dataclass
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from agent_system.trainer.config import ConfigError, has_hl
-from agent_system.trainer.memory_estimate import device_memory_setting
+from agent_system.trainer.memory_estimate import MemoryPlan, device_memory_setting, padded_budgets
 
 logger = logging.getLogger(__name__)
 
@@ -328,6 +330,21 @@ def attention_fallback(config: DictConfig, on_gpu: bool, flash_attn: bool) -> li
             if model.use_remove_padding:
                 model.use_remove_padding = False
                 changed.append(f"{section}.use_remove_padding=false")
+    return changed
+
+
+def lower_padded_budgets(config: DictConfig, memory: MemoryPlan) -> list[str]:
+    """Set the token budgets :func:`~agent_system.trainer.memory_estimate.padded_budgets` lowers (a log-prob budget
+    also caps the level's reference, which runs the same pass); returns the ``key=value`` settings made."""
+    changed = []
+    for key, budget in padded_budgets(memory).items():
+        keys = [key]
+        if key.endswith(".rollout.log_prob_max_token_len_per_gpu"):
+            keys.append(key.replace(".rollout.", ".ref."))
+        for name in keys:
+            if (OmegaConf.select(config, name, default=None) or 0) > budget:
+                OmegaConf.update(config, name, budget, merge=False)
+                changed.append(f"{name}={budget}")
     return changed
 
 

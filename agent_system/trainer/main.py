@@ -162,8 +162,18 @@ def _check_stages_active(schedule: list[int]) -> None:
 def preflight(config: DictConfig):
     """Before Ray and any worker start: the data-dependent checks (test-split training rows, validation rows that
     are evaluation rows), the optimizers' horizons and the run plan, logged and written as ``run_plan.json`` /
-    ``run_plan.md`` in ``trainer.default_local_dir``. Returns the :class:`~agent_system.trainer.plan.RunPlan`."""
+    ``run_plan.md`` in ``trainer.default_local_dir``. Returns the :class:`~agent_system.trainer.plan.RunPlan`.
+
+    On a GPU, padded passes (no flash-attn) get token budgets their logits fit (``gpu_checks.lower_padded_budgets``).
+
+    Raises:
+        ConfigError: On a GPU (and under ``mlmt.plan_only``), a device's estimated peak exceeds the device and
+            ``mlmt.plan_allow_overcommit`` is false (:func:`~agent_system.trainer.memory_estimate.refuse_overcommit`).
+    """
+    from agent_system import verl_plugin
     from agent_system.data.heldout import check_train_splits, validation_warnings
+    from agent_system.trainer.gpu_checks import lower_padded_budgets
+    from agent_system.trainer.memory_estimate import refuse_overcommit
     from agent_system.trainer.plan import build_plan, render_markdown, write_plan
 
     train_frame, val_frame = _read_frame(config.data.train_files), _read_frame(config.data.val_files)
@@ -172,12 +182,23 @@ def preflight(config: DictConfig):
         logger.warning(message)
     set_schedule_horizon(config, len(train_frame))
     check_stages_reached(config, len(train_frame))
-    plan = build_plan(config, len(train_frame), None if val_frame is None else len(val_frame))
+    val_rows = None if val_frame is None else len(val_frame)
+    plan = build_plan(config, len(train_frame), val_rows)
+    lowered = lower_padded_budgets(config, plan.memory) if plan.memory and not verl_plugin.CPU_BACKEND_ACTIVE else []
+    if lowered:
+        logger.warning(
+            "padded sequences (no flash-attn): token budgets lowered so that each pass's logits fit the device (run "
+            "plan, GPU memory): %s",
+            ", ".join(lowered),
+        )
+        plan = build_plan(config, len(train_frame), val_rows)
     json_path, _ = write_plan(plan, config.trainer.default_local_dir)
-    for notice in plan.notices:
-        logger.warning("%s", notice)
     # the full plan goes to the console only with mlmt.plan_only (or MLMT_SHOW_ALL_LOGS=1); else to logs/driver.log
     logger.info("run plan (also in %s):\n%s", json_path, render_markdown(plan), extra={"console": False})
+    if plan.memory and (config.mlmt.plan_only or not verl_plugin.CPU_BACKEND_ACTIVE):  # a GPU's estimate (CPU: none)
+        refuse_overcommit(plan.memory, bool(config.mlmt.plan_allow_overcommit))
+    for notice in plan.notices:
+        logger.warning("%s", notice)
     return plan
 
 

@@ -8,13 +8,19 @@ device holds, in bytes, as verl 0.9.1's FSDP engine and vLLM place it:
   parameter's dtype) and AdamW's two moments (``torch.optim.AdamW`` keeps them in the parameter's dtype): 16 bytes per
   parameter in fp32. All are sharded over the level's ranks (``mlmt.<level>_gpus`` under split placement,
   ``trainer.n_gpus_per_node × trainer.nnodes`` under colocated), or over ``fsdp_size`` ranks when it is smaller
-  (HSDP). ``param_offload`` keeps parameters and gradients on the host between uses, ``optimizer_offload`` the
-  moments, ``offload_policy`` all three: those bytes are shown as host bytes. A frozen level (and the snapshot) is
+  (HSDP). Gradients exist only during the level's update: verl's train-mode context frees them
+  (``optimizer.zero_grad()``) when it ends. ``param_offload`` / ``optimizer_offload`` keep parameters / moments on the
+  host between passes, but the train-mode context loads them back for the update (and eval mode the parameters for a
+  log-prob pass); ``offload_policy`` (FSDP2's ``CPUOffloadPolicy``) keeps all three on the host, the optimizer step
+  included. A frozen level (and the snapshot) is
   never updated: AdamW creates its moments at the first step and gradients appear at the first backward, so it holds
   parameters only. With LoRA (``<tree>.model.lora_rank`` > 0) verl wraps the model in PEFT: the parameters are the
   base's plus the adapter's (verl casts the adapter to the base's dtype), and only the adapter has gradients and
   AdamW moments (the base's parameters do not require a gradient, and AdamW creates state only for parameters that
   get one): :func:`trainable_parameters`.
+* **logits**: the peak of the log-prob pass and of the update over the largest micro-batch of each level
+  (:func:`logits_peak`): tokens × vocabulary × bytes per element, packed (``use_remove_padding=true``) at the token
+  budget, padded (sdpa) at :data:`PADDED_FACTOR` × the budget.
 * **reference**: verl builds it ``forward_only`` and always offloads it to the host (``CPUOffload`` under ``fsdp``,
   ``CPUOffloadPolicy`` under ``fsdp2``); it uses no device memory between forwards (host bytes are shown). A LoRA
   level has none: its reference is the actor with the adapter switched off.
@@ -26,10 +32,15 @@ device holds, in bytes, as verl 0.9.1's FSDP engine and vLLM place it:
   capacity in sequences of ``max_model_len`` tokens: KV bytes / (K and V × layers × kv heads per device × head dim ×
   the KV dtype's bytes (``engine_kwargs.vllm.kv_cache_dtype``, else ``rollout.dtype``)) / ``max_model_len``.
 
-The per-device sum adds everything at once (both levels on every device under colocated placement; each level alone
-on its devices under split): activations, the CUDA context, NCCL buffers and vLLM's own activation profile are not
-counted, so a sum close to the device does not fit either. On a machine without a GPU the device size is not known:
-the plan then gives the figures and the smallest device the sum fits on, or checks ``mlmt.plan_device_gib``.
+A device's estimate is the largest of the phases of a step on it (both levels on every device under colocated
+placement; each level alone on its devices under split): generation (every level's state between passes and its
+vLLM engine, all awake at once), and each level's log-prob pass and update (the state between passes, what the pass
+loads and creates, its logits peak, and the vLLM engines that do not sleep: ``rollout.free_cache_engine`` frees them
+outside generation, except a frozen level's under split). Activations, the CUDA context, NCCL buffers and vLLM's own
+activation profile are not counted, so a sum close to the device does not fit either. On a machine without a GPU the
+device size is not known: the plan then gives the figures and the smallest device the sum fits on, or checks
+``mlmt.plan_device_gib``. A peak above the device stops the run at start-up (:func:`refuse_overcommit`) unless
+``mlmt.plan_allow_overcommit``.
 
 Print it with the run plan: ``python -m verl.trainer.main_mlmt mlmt.plan_only=true mlmt.plan_device_gib=80``.
 """
@@ -245,6 +256,7 @@ class LevelMemory:
     """What one device of a level holds (bytes); host bytes are per rank."""
 
     level: str  # ll, hl, snapshot
+    tree: str  # the policy's config tree (actor_rollout_ref, hl)
     model: str
     parameters: int
     trained_parameters: int  # with gradients and AdamW moments: all, or a LoRA adapter's
@@ -253,47 +265,78 @@ class LevelMemory:
     shards: int  # FSDP shards of the actor's state (ranks, or fsdp_size when smaller)
     frozen: bool  # never updated: parameters only
     actor_dtype: str
-    actor_parameters: int
-    actor_gradients: int
-    actor_optimizer: int
-    actor_host: int  # offloaded actor state
+    actor_parameters: int  # on the device during the level's update (param_offload loads them back for it)
+    actor_gradients: int  # during the update only
+    actor_optimizer: int  # during the update (optimizer_offload loads the moments back for it)
+    actor_resident_parameters: int  # on the device between passes (0 offloaded)
+    actor_resident_optimizer: int
+    actor_host: int  # offloaded actor state between passes
     offload: list[str]  # the offload keys that act
+    unset_offload: dict[str, str]  # the actor's offload keys not set: {"param_offload": "<key>=true", ...}
     reference_host: int  # verl keeps the reference on the host (0 without a reference)
+    critic_tree: str  # "" without a critic
     critic_parameters: int  # 0 without a critic
-    critic: int  # parameters + gradients + AdamW moments on the device
+    critic: int  # parameters + gradients + AdamW moments on the device during its update
+    critic_resident: int  # between passes
     critic_host: int
+    critic_unset_offload: dict[str, str]
+    logits: list[LogitsPeak]  # the level's passes: log-probs (not the snapshot), the update (a level that trains)
     vllm_weights: int  # per device of a replica
     vllm_fraction: float | None  # gpu_memory_utilization, when it sizes vLLM (None: kv_cache_memory_bytes does)
     vllm_budget: int | None  # None: the device size is not known
+    vllm_sleeps: bool  # vLLM frees its memory outside generation (rollout.free_cache_engine; not a frozen split level)
     kv_bytes_per_token: int
     kv_cache: int | None
     kv_tokens: int | None
     kv_sequences: int | None  # of max_model_len tokens, per replica
     max_model_len: int
 
-    @property
-    def fixed(self) -> int:
-        """Device bytes that do not scale with the device's size."""
-        vllm = 0 if self.vllm_fraction is not None else self.vllm_budget or 0
-        return self.actor_parameters + self.actor_gradients + self.actor_optimizer + self.critic + vllm
 
-    def total(self, device: int | None) -> int | None:
-        if self.vllm_fraction is None:
-            return self.fixed
-        return None if device is None else self.fixed + int(self.vllm_fraction * device)
+@dataclass
+class Part:
+    """One term of a device's sum: bytes, or a share of the device (vLLM's gpu_memory_utilization)."""
+
+    what: str  # e.g. "HL AdamW moments"
+    bytes: int
+    fraction: float  # of the device
+    keys: list[str]  # what lowers it, e.g. "hl.actor.fsdp_config.optimizer_offload=true"
+
+    def size(self, device: int | None) -> int | None:
+        if not self.fraction:
+            return self.bytes
+        return None if device is None else self.bytes + int(self.fraction * device)
+
+
+@dataclass
+class Phase:
+    """What a device holds at once in one phase of a step: generation, or one level's log-prob or update pass."""
+
+    name: str  # e.g. "generation", "HL update"
+    parts: list[Part]
+    fixed: int
+    fraction: float
+    total: int | None
+    logits: LogitsPeak | None  # the pass's logits peak (None: generation, a critic's update)
+
+    @property
+    def smallest_device(self) -> int | None:
+        return math.ceil(self.fixed / (1 - self.fraction)) if self.fraction < 1 else None
 
 
 @dataclass
 class DeviceSum:
-    """The sum on each device of one group of devices."""
+    """The peak on each device of one group of devices: the largest of its phases."""
 
     devices: str  # e.g. "each of the 8 shared devices (mlmt.placement=colocated)"
     levels: list[str]
-    fixed: int
-    fraction: float  # of the device, taken by vLLM engines sized by gpu_memory_utilization
+    phases: list[Phase]
+    peak: str  # the phase with the largest sum (without the device size: the one needing the largest device)
+    fixed: int  # of the peak phase
+    fraction: float  # of the device, taken by vLLM engines sized by gpu_memory_utilization (peak phase)
     total: int | None
     fits: bool | None
-    smallest_device: int | None  # the smallest device the sum fits on (None: vLLM's shares alone fill it)
+    smallest_device: int | None  # the smallest device every phase fits on (None: vLLM's shares alone fill it)
+    scale_keys: list[str]  # more devices for the level(s): "raise mlmt.hl_gpus", ...
 
 
 @dataclass
@@ -325,7 +368,14 @@ def _trained_state(
     engine: DictConfig, key: str, parameters: int, ranks: int, trains: bool, trained: int | None = None
 ) -> dict:
     """Device and host bytes of a trained model's parameters, gradients and AdamW moments under ``engine``;
-    ``trained`` of the ``parameters`` get gradients and moments (all when None; a LoRA adapter's otherwise)."""
+    ``trained`` of the ``parameters`` get gradients and moments (all when None; a LoRA adapter's otherwise).
+
+    ``update``: what one device holds during the model's update. verl's train-mode context loads what
+    ``param_offload`` / ``optimizer_offload`` moved to the host back onto the device for the update, so only
+    ``offload_policy`` (FSDP2's ``CPUOffloadPolicy``: parameters, gradients and the optimizer step on the host) keeps
+    them off it. ``resident``: what it holds between passes, beside vLLM: gradients are freed at the end of every
+    update (``optimizer.zero_grad()`` on leaving train mode, before any offload), offloaded parts are on the host.
+    """
     dtype = engine.get("model_dtype") or "fp32"
     size = dtype_bytes(dtype, f"{key}.model_dtype")
     shards = fsdp_shards(engine, ranks)
@@ -337,20 +387,84 @@ def _trained_state(
         "optimizer": 2 * trained_shard if trains else 0,
     }
     policy = bool(engine.get("offload_policy", False))
-    offloaded = {
-        "parameters": policy or bool(engine.get("param_offload", False)),
-        "gradients": policy or bool(engine.get("param_offload", False)),
-        "optimizer": policy or bool(engine.get("optimizer_offload", False)),
+    between = {
+        "parameters": not (policy or engine.get("param_offload", False)),
+        "optimizer": not (policy or engine.get("optimizer_offload", False)),
     }
     keys = [f"{key}.{name}=true" for name in ("offload_policy", "param_offload", "optimizer_offload")
             if engine.get(name, False)]  # fmt: skip
     return {
         "dtype": str(dtype),
         "shards": shards,
-        "device": {part: 0 if offloaded[part] else value for part, value in state.items()},
-        "host": sum(value for part, value in state.items() if offloaded[part]),
+        "update": {part: 0 if policy else value for part, value in state.items()},
+        "resident": {part: state[part] if on_device else 0 for part, on_device in between.items()},
+        "host": sum(state[part] for part, on_device in between.items() if not on_device),
         "keys": keys,
+        "unset": {
+            name: f"{key}.{name}=true"
+            for name in ("offload_policy", "param_offload", "optimizer_offload")
+            if not engine.get(name, False)
+        },
     }
+
+
+# The logits peak of a pass over one micro-batch, per (token, vocabulary entry), in copies of the logits' dtype
+# (``b`` bytes: the FSDP engine's ``mixed_precision.param_dtype``, bf16 by default) as verl 0.9.1's FSDP engine
+# computes log-probs and entropy (docs/RUN_PLAN.md, "Logits peak"): the logits and their temperature-scaled copy in
+# every pass, the logits' gradient in the update; padded rows (sdpa, ``use_remove_padding=false``) add the copy of
+# the real tokens' logits and, in the update, its log-softmax rows kept for the backward. The entropy (every log-prob
+# pass; the update when ``entropy_coeff`` != 0): chunked (``entropy_from_logits_with_chunking``, packed only) its
+# fp32 chunks are transient without autograd (ENTROPY_CHUNK rows × 12 bytes) and kept for the backward in the update
+# (fp32 copy and softmax: 8 bytes); unchunked its softmax and product are two more copies.
+LOGITS_COPIES = {("packed", "update"): 3, ("packed", "log_prob"): 2, ("padded", "update"): 5, ("padded", "log_prob"): 3}
+ENTROPY_COPIES = 2  # unchunked entropy: softmax and its product with the logits, in the logits' dtype
+ENTROPY_FP32_BYTES = 8  # chunked entropy under autograd: each chunk's fp32 copy and softmax, kept for the backward
+ENTROPY_CHUNK = 2048  # verl's entropy_from_logits_chunk_size
+PADDED_FACTOR = 2  # padded tokens of a micro-batch per budget token (verl's partitioner: 1.6-1.75× on MATH's shapes)
+
+
+@dataclass(frozen=True)
+class LogitsPeak:
+    """The logits-related peak of one pass over the largest micro-batch of a level (one device)."""
+
+    pass_name: str  # "update" or "log_prob"
+    key: str  # the token budget's key
+    budget: int  # its value
+    tokens: int  # tokens of the largest micro-batch: the budget packed, PADDED_FACTOR × it padded
+    layout: str  # "packed" or "padded"
+    vocab: int
+    per_token: int  # bytes per token of the micro-batch
+    bytes: int
+    longest_row: int  # prompt + response budget: the least budget verl accepts
+
+
+def logits_peak(
+    pass_name: str,
+    key: str,
+    budget: int,
+    packed: bool,
+    vocab: int,
+    element_bytes: int,
+    entropy: bool,
+    chunked: bool,
+    longest_row: int,
+) -> LogitsPeak:
+    """The logits peak of a pass (``update`` or ``log_prob``) with ``budget`` tokens per micro-batch: ``tokens ×
+    vocab × per-element bytes`` (the constants above); ``entropy``: the pass computes it."""
+    layout = "packed" if packed else "padded"
+    tokens = budget if packed else PADDED_FACTOR * budget
+    copies = LOGITS_COPIES[layout, pass_name]
+    fp32, transient = 0, 0
+    if entropy and packed and chunked:
+        if pass_name == "update":
+            fp32 = ENTROPY_FP32_BYTES
+        else:
+            transient = 12 * ENTROPY_CHUNK * vocab  # one chunk's fp32 copy, softmax and product
+    elif entropy:
+        copies += ENTROPY_COPIES
+    per_token = vocab * (copies * element_bytes + fp32)
+    return LogitsPeak(pass_name, key, budget, tokens, layout, vocab, per_token, tokens * per_token + transient,
+                      longest_row)  # fmt: skip
 
 
 def level_memory(
@@ -362,6 +476,8 @@ def level_memory(
     frozen: bool,
 ) -> LevelMemory:
     """The :class:`LevelMemory` of ``level`` (``ll``, ``hl``, or ``snapshot``: the LL's model, never updated)."""
+    from agent_system.trainer.policy import stays_awake
+
     tree_name = POLICY_TREES["ll" if level == "snapshot" else level]
     tree = config[tree_name]
     shape = read_shape(tree.model.path, f"{tree_name}.model.path")
@@ -378,15 +494,34 @@ def level_memory(
             * shape.parameters
             // fsdp_shards(ref_engine, ranks)
         )
-    critic_parameters = critic_device = critic_host = 0
+    critic_name, critic_parameters, critic_state = "", 0, None
     if critic:
         critic_name = CRITIC_TREES[level]
         critic_shape = read_shape(config[critic_name].model.path, f"{critic_name}.model.path")
         critic_parameters = critic_shape.critic_parameters
-        state = _trained_state(config[critic_name].fsdp, f"{critic_name}.fsdp", critic_parameters, ranks, trains=True)
-        critic_device, critic_host = sum(state["device"].values()), state["host"]
-        actor["keys"] += state["keys"]
+        critic_state = _trained_state(config[critic_name].fsdp, f"{critic_name}.fsdp", critic_parameters, ranks,
+                                      trains=True)  # fmt: skip
+        actor["keys"] += critic_state["keys"]
     rollout = tree.rollout
+    logits = []
+    if level != "snapshot":  # the snapshot only generates
+        element = dtype_bytes(
+            OmegaConf.select(tree, "actor.fsdp_config.mixed_precision.param_dtype", default=None) or "bf16",
+            f"{tree_name}.actor.fsdp_config.mixed_precision.param_dtype",
+        )
+        packed, chunked = bool(tree.model.use_remove_padding), bool(tree.actor.entropy_from_logits_with_chunking)
+        passes = [("log_prob", f"{tree_name}.rollout.log_prob_max_token_len_per_gpu", True)]
+        if not frozen:
+            entropy = bool(tree.actor.get("calculate_entropy", False)) or float(tree.actor.entropy_coeff) != 0
+            passes.append(("update", f"{tree_name}.actor.ppo_max_token_len_per_gpu", entropy))
+        response = config.data.max_response_length if level == "ll" else rollout.response_length
+        longest = int(config.data.max_prompt_length + response)
+        logits = [
+            logits_peak(
+                name, key, int(OmegaConf.select(config, key)), packed, shape.vocab, element, entropy, chunked, longest
+            )  # fmt: skip
+            for name, key, entropy in passes
+        ]
     tensor_parallel = int(rollout.tensor_model_parallel_size)
     weights = dtype_bytes(rollout.dtype, f"{tree_name}.rollout.dtype") * shape.parameters // tensor_parallel
     kv_dtype = OmegaConf.select(rollout, "engine_kwargs.vllm.kv_cache_dtype", default=None)
@@ -404,8 +539,10 @@ def level_memory(
         budget = None if device is None else int(fraction * device)
         kv_cache = None if budget is None else max(budget - weights, 0)
     tokens = None if kv_cache is None else kv_cache // per_token
+    keep_awake = level != "snapshot" and stays_awake(config, level)
     return LevelMemory(
         level=level,
+        tree=tree_name,
         model=str(tree.model.path),
         parameters=shape.parameters,
         trained_parameters=0 if frozen else trainable.trained,
@@ -414,18 +551,26 @@ def level_memory(
         shards=actor["shards"],
         frozen=frozen,
         actor_dtype=actor["dtype"],
-        actor_parameters=actor["device"]["parameters"],
-        actor_gradients=actor["device"]["gradients"],
-        actor_optimizer=actor["device"]["optimizer"],
+        actor_parameters=actor["update"]["parameters"],
+        actor_gradients=actor["update"]["gradients"],
+        actor_optimizer=actor["update"]["optimizer"],
+        actor_resident_parameters=actor["resident"]["parameters"],
+        actor_resident_optimizer=actor["resident"]["optimizer"],
         actor_host=actor["host"],
         offload=actor["keys"],
+        unset_offload=actor["unset"],
         reference_host=reference_host,
+        critic_tree=critic_name,
         critic_parameters=critic_parameters,
-        critic=critic_device,
-        critic_host=critic_host,
+        critic=sum(critic_state["update"].values()) if critic_state else 0,
+        critic_resident=sum(critic_state["resident"].values()) if critic_state else 0,
+        critic_host=critic_state["host"] if critic_state else 0,
+        critic_unset_offload=critic_state["unset"] if critic_state else {},
+        logits=logits,
         vllm_weights=weights,
         vllm_fraction=fraction,
         vllm_budget=budget,
+        vllm_sleeps=bool(rollout.free_cache_engine) and not keep_awake,
         kv_bytes_per_token=per_token,
         kv_cache=kv_cache,
         kv_tokens=tokens,
@@ -434,18 +579,105 @@ def level_memory(
     )
 
 
-def device_sum(levels: list[LevelMemory], devices: str, device: int | None) -> DeviceSum:
-    fixed = sum(level.fixed for level in levels)
-    fraction = sum(level.vllm_fraction or 0.0 for level in levels)
-    total = None if device is None else fixed + sum(int((lv.vllm_fraction or 0.0) * device) for lv in levels)
+def _resident_parts(level: LevelMemory, phase: str, scale: list[str]) -> list[Part]:
+    """The level's state on the device between passes, each part with the offload key that frees it in ``phase``:
+    ``param_offload`` / ``optimizer_offload`` in generation; in a log-prob pass (eval mode loads the parameters back)
+    ``optimizer_offload`` for the moments; in an update (train mode loads both back) only ``offload_policy``."""
+    name = level.level.upper() if level.level != "snapshot" else "lagged snapshot"
+    frees = {
+        "generation": ("param_offload", "optimizer_offload"),
+        "log_prob": ("offload_policy", "optimizer_offload"),
+        "update": ("offload_policy", "offload_policy"),
+    }[phase]
+
+    def keys(unset: dict[str, str], key: str) -> list[str]:
+        return [unset[key]] if key in unset else []
+
+    parts = [
+        Part(f"{name} actor parameters", level.actor_resident_parameters, 0.0,
+             keys(level.unset_offload, frees[0]) + scale),
+        Part(f"{name} AdamW moments", level.actor_resident_optimizer, 0.0,
+             keys(level.unset_offload, frees[1]) + scale),
+    ]  # fmt: skip
+    if level.critic_tree:
+        critic_keys = sorted({*keys(level.critic_unset_offload, frees[0]), *keys(level.critic_unset_offload, frees[1])})
+        parts.append(Part(f"{name} critic ({level.critic_tree})", level.critic_resident, 0.0, critic_keys + scale))
+    return parts
+
+
+def _vllm_part(level: LevelMemory) -> Part:
+    name = level.level.upper() if level.level != "snapshot" else "lagged snapshot"
+    if level.vllm_fraction is None:
+        key = f"lower {level.tree}.rollout.engine_kwargs.vllm.kv_cache_memory_bytes"
+        return Part(f"{name} vLLM (weights + KV cache)", level.vllm_budget or 0, 0.0, [key])
+    key = f"{level.tree}.rollout.gpu_memory_utilization"
+    return Part(f"{name} vLLM ({key}={level.vllm_fraction:g})", 0, level.vllm_fraction, [f"lower {key}"])
+
+
+def _pass_parts(level: LevelMemory, peak: LogitsPeak, scale: list[str]) -> list[Part]:
+    """What a pass adds to the resident parts: the actor state it loads back (and, in the update, gradients and
+    AdamW moments), and the logits peak of its largest micro-batch."""
+    name = level.level.upper()
+    logits_keys = [f"lower {peak.key} (not below {peak.longest_row})"] if peak.budget > peak.longest_row else []
+    if peak.layout == "padded":
+        logits_keys.append("install flash-attn (packed sequences: docs/GPU_RUN.md)")
+    logits = Part(f"{name} logits of a {peak.tokens:,}-token {peak.layout} micro-batch ({peak.pass_name})",
+                  peak.bytes, 0.0, logits_keys)  # fmt: skip
+    if peak.pass_name == "log_prob":
+        loaded = level.actor_parameters - level.actor_resident_parameters  # param_offload: loaded for the pass
+        return [Part(f"{name} actor parameters loaded for the pass", loaded, 0.0, scale), logits]
+    state = (level.actor_parameters + level.actor_gradients + level.actor_optimizer
+             - level.actor_resident_parameters - level.actor_resident_optimizer)  # fmt: skip
+    keys = [level.unset_offload[k] for k in ("offload_policy",) if k in level.unset_offload] + scale
+    return [Part(f"{name} gradients (and offloaded state loaded) for the update", state, 0.0, keys), logits]
+
+
+def _phase(name: str, parts: list[Part], device: int | None, logits: LogitsPeak | None = None) -> Phase:
+    parts = [part for part in parts if part.bytes or part.fraction]
+    fixed = sum(part.bytes for part in parts)
+    fraction = sum(part.fraction for part in parts)
+    total = None if device is None else fixed + sum(int(part.fraction * device) for part in parts)
+    return Phase(name, parts, fixed, fraction, total, logits)
+
+
+def device_sum(levels: list[LevelMemory], devices: str, device: int | None, scale: list[str]) -> DeviceSum:
+    """The phases of a step on devices that hold ``levels`` (module docstring) and the largest of them.
+
+    Generation: every level's resident state and its vLLM engine (all awake at once). A level's log-prob or update
+    pass: the resident state, what the pass adds (:func:`_pass_parts`), and the vLLM engines that do not sleep.
+    A critic's update adds its gradients and the state it loads back (no logits: one value per token).
+    """
+
+    def resident(phase: str) -> list[Part]:
+        return [part for level in levels for part in _resident_parts(level, phase, scale)]
+
+    awake = [_vllm_part(level) for level in levels if not level.vllm_sleeps]
+    phases = [_phase("generation", resident("generation") + [_vllm_part(level) for level in levels], device)]
+    for level in levels:
+        for peak in level.logits:
+            name = f"{level.level.upper()} {'update' if peak.pass_name == 'update' else 'log-prob pass'}"
+            parts = resident(peak.pass_name) + _pass_parts(level, peak, scale) + awake
+            phases.append(_phase(name, parts, device, peak))
+        if level.critic_tree and not level.frozen:
+            added = Part(f"{level.level.upper()} critic gradients (and offloaded state loaded) for its update",
+                         level.critic - level.critic_resident, 0.0, scale)  # fmt: skip
+            phases.append(_phase(f"{level.level.upper()} critic update", resident("update") + [added] + awake, device))
+    if device is None:
+        peak = max(phases, key=lambda p: (p.smallest_device is None, p.smallest_device or 0))
+    else:
+        peak = max(phases, key=lambda p: p.total)
+    needed = [p.smallest_device for p in phases]
     return DeviceSum(
         devices=devices,
         levels=[level.level for level in levels],
-        fixed=fixed,
-        fraction=fraction,
-        total=total,
-        fits=None if total is None else total <= device,
-        smallest_device=math.ceil(fixed / (1 - fraction)) if fraction < 1 else None,
+        phases=phases,
+        peak=peak.name,
+        fixed=peak.fixed,
+        fraction=peak.fraction,
+        total=peak.total,
+        fits=None if peak.total is None else peak.total <= device,
+        smallest_device=None if None in needed else max(needed),
+        scale_keys=scale,
     )
 
 
@@ -507,32 +739,78 @@ def memory_plan(config: DictConfig, device: int | None, device_source: str, refe
     policies = [levels[name] for name in names]
     if config.mlmt.placement == "colocated":
         count = level_ranks(config, "ll")
-        sums = [device_sum(policies, f"each of the {count} shared devices (mlmt.placement=colocated)", device)]
+        scale = ["raise trainer.n_gpus_per_node (the state is sharded over the devices)", "mlmt.placement=split"]
+        sums = [device_sum(policies, f"each of the {count} shared devices (mlmt.placement=colocated)", device, scale)]
     else:
         sums = [
-            device_sum([level], f"each of the {level.ranks} {name.upper()} devices (mlmt.{name}_gpus)", device)
+            device_sum(
+                [level],
+                f"each of the {level.ranks} {name.upper()} devices (mlmt.{name}_gpus)",
+                device,
+                [f"raise mlmt.{name}_gpus (the state is sharded over the level's devices)"],
+            )
             for name, level in zip(names, policies, strict=True)
         ]
     if "snapshot" in levels:
         count = levels["snapshot"].ranks
-        sums.append(device_sum([levels["snapshot"]], f"each of the {count} lagged-snapshot devices", device))
+        sums.append(device_sum([levels["snapshot"]], f"each of the {count} lagged-snapshot devices", device,
+                               ["raise mlmt.ll_gpus (the snapshot has as many devices as the LL)"]))  # fmt: skip
     plan = MemoryPlan(device=device, device_source=device_source, levels=levels, sums=sums)
     plan.notices = memory_notices(plan)
     return plan
 
 
-def memory_notices(plan: MemoryPlan) -> list[str]:
-    """Warnings: a sum above the device, a vLLM budget without room for one sequence of ``max_model_len``."""
-    notices = []
+def padded_budgets(plan: MemoryPlan) -> dict[str, int]:
+    """The token budgets to lower so that each padded pass (sdpa, ``use_remove_padding=false``) fits the device:
+    ``{key: budget}``. A pass whose phase exceeds the device gets the largest budget whose logits peak fits beside
+    the rest of the phase, never above its setting; one that would need less than its longest row (the least verl
+    accepts) is left as it is, and start-up refuses the run with the numbers (:func:`refuse_overcommit`)."""
+    lowered: dict[str, int] = {}
+    if plan.device is None:
+        return lowered
     for group in plan.sums:
-        if group.fits is False:
-            notices.append(
-                f"GPU memory: {' + '.join(name.upper() for name in group.levels)} need about "
-                f"{gib(group.total)} GiB on {group.devices}, of {gib(plan.device)} GiB ({plan.device_source}; "
-                f"{EXCLUDED}). Lower rollout.gpu_memory_utilization, give the level more devices (its state is "
-                "sharded over them), use mlmt.placement=split, or offload (actor.fsdp_config.param_offload / "
-                "optimizer_offload)"
-            )
+        for phase in group.phases:
+            peak = phase.logits
+            if peak is None or peak.layout != "padded" or phase.total <= plan.device:
+                continue
+            room = plan.device - (phase.total - peak.bytes)
+            budget = max(room, 0) // (PADDED_FACTOR * peak.per_token)
+            if peak.longest_row <= budget < peak.budget:
+                lowered[peak.key] = min(budget, lowered.get(peak.key, budget))
+    return lowered
+
+
+ALLOW_KEY = "mlmt.plan_allow_overcommit"
+
+
+def overcommit_messages(plan: MemoryPlan) -> list[str]:
+    """For each group of devices whose peak exceeds the device: the devices, the sum and its phase, its three
+    largest parts with what lowers each, and the keys that give the level(s) more devices (none already set)."""
+    messages = []
+    for group in plan.sums:
+        if group.fits is not False:
+            continue
+        phase = next(phase for phase in group.phases if phase.name == group.peak)
+        largest = sorted(phase.parts, key=lambda part: -part.size(plan.device))[:3]
+        parts = "; ".join(
+            f"{part.what} {gib(part.size(plan.device))} GiB"
+            + (f" ({', '.join(k for k in part.keys if k not in group.scale_keys)})"
+               if any(k not in group.scale_keys for k in part.keys) else "")
+            for part in largest
+        )  # fmt: skip
+        messages.append(
+            f"GPU memory: {' + '.join(name.upper() for name in group.levels)} "
+            f"{'needs' if len(group.levels) == 1 else 'need'} about {gib(group.total)} GiB on "
+            f"{group.devices} at the peak ({group.peak}), of {gib(plan.device)} GiB ({plan.device_source}; "
+            f"{EXCLUDED}). Largest parts: {parts}. Or: {'; '.join(group.scale_keys)}"
+        )
+    return messages
+
+
+def memory_notices(plan: MemoryPlan) -> list[str]:
+    """Warnings: a peak above the device (:func:`overcommit_messages`; start-up refuses it unless
+    ``mlmt.plan_allow_overcommit``), a vLLM budget without room for one sequence of ``max_model_len``."""
+    notices = overcommit_messages(plan)
     for level in plan.levels.values():
         if level.kv_sequences is not None and level.kv_sequences < 1:
             notices.append(
@@ -542,6 +820,20 @@ def memory_notices(plan: MemoryPlan) -> list[str]:
                 "rollout.gpu_memory_utilization (or engine_kwargs.vllm.kv_cache_memory_bytes)"
             )
     return notices
+
+
+def refuse_overcommit(plan: MemoryPlan, allowed: bool) -> None:
+    """Stop a run whose estimated peak exceeds a device, unless ``mlmt.plan_allow_overcommit`` (``allowed``).
+
+    Raises:
+        ConfigError: :func:`overcommit_messages`, and the key that starts the run anyway.
+    """
+    messages = overcommit_messages(plan)
+    if messages and not allowed:
+        raise ConfigError(
+            " | ".join(messages) + f". The run would fail at its first wake-up or update; set {ALLOW_KEY}=true to "
+            "start it anyway"
+        )
 
 
 def gib(value: int | None) -> str:
@@ -558,7 +850,9 @@ def render_memory(plan: MemoryPlan) -> list[str]:
             f"parameters {gib(level.actor_parameters)}"
             + ("" if level.frozen else f", gradients {gib(level.actor_gradients)}, AdamW {gib(level.actor_optimizer)}")
             + (" — frozen: parameters only" if level.frozen and level.level != "snapshot" else "")
-        )
+            + ("" if level.frozen else f" GiB in its update; between passes parameters "
+               f"{gib(level.actor_resident_parameters)}, AdamW {gib(level.actor_resident_optimizer)}")
+        )  # fmt: skip
         offload = ", ".join(level.offload)
         host = f"; on the host per rank: {gib(level.actor_host + level.critic_host)} GiB ({offload})" if offload else ""
         reference = (
@@ -569,7 +863,8 @@ def render_memory(plan: MemoryPlan) -> list[str]:
             else "none"
         )
         critic = (
-            f"{gib(level.critic)} GiB ({level.critic_parameters / 1e9:.2f}B parameters, trained like the actor)"
+            f"{gib(level.critic)} GiB in its update ({level.critic_parameters / 1e9:.2f}B parameters, trained like "
+            f"the actor)"
             if level.critic_parameters
             else "none"
         )
@@ -588,12 +883,19 @@ def render_memory(plan: MemoryPlan) -> list[str]:
             if level.lora
             else ""
         )
+        logits = "; ".join(
+            f"{peak.pass_name.replace('_', '-')} {gib(peak.bytes)} GiB ({peak.key}={peak.budget}: {peak.tokens:,} "
+            f"{peak.layout} tokens × {peak.per_token:,} bytes)"
+            for peak in level.logits
+        )
+        sleeps = "asleep outside generation" if level.vllm_sleeps else "awake in every phase"
         lines += [
             f"- {name}: {level.parameters / 1e9:.2f}B parameters, FSDP over {level.shards} of {level.ranks} rank(s), "
             f"{level.actor_dtype}{lora}",
             f"  - actor: {state} GiB{host}",
             f"  - reference: {reference}; critic: {critic}",
-            f"  - vLLM: {budget}; weights {gib(level.vllm_weights)} GiB; {capacity} "
+            *([f"  - logits peak of the largest micro-batch: {logits}"] if logits else []),
+            f"  - vLLM ({sleeps}): {budget}; weights {gib(level.vllm_weights)} GiB; {capacity} "
             f"({level.kv_bytes_per_token:,} bytes of KV per token)",
         ]
     for group in plan.sums:
@@ -605,10 +907,14 @@ def render_memory(plan: MemoryPlan) -> list[str]:
                 if group.smallest_device is not None
                 else "; vLLM's shares alone fill the device"
             )
-            lines.append(f"- sum on {group.devices}: {names} = {gib(group.fixed)} GiB{shares}{smallest}")
+            lines.append(
+                f"- peak on {group.devices} ({group.peak}): {names} = {gib(group.fixed)} GiB{shares}{smallest}"
+            )
         else:
             verdict = "fits" if group.fits else "DOES NOT FIT"
+            phases = ", ".join(f"{phase.name} {gib(phase.total)}" for phase in group.phases)
             lines.append(
-                f"- sum on {group.devices}: {names} = {gib(group.total)} of {gib(plan.device)} GiB — {verdict}"
+                f"- peak on {group.devices} ({group.peak}): {names} = {gib(group.total)} of {gib(plan.device)} GiB — "
+                f"{verdict} (phases: {phases} GiB)"
             )
     return lines

@@ -6,7 +6,8 @@ adapter's, counted from the model's ``config.json``); the lr verl's scheduler gi
 update, its peak and its last update; its rows, token budget, effective mini-batch size and optimizer steps per
 update; its reference model and critic, and whether it is frozen; the samples it generates per step. For the run: the
 stage periods with the β and α acting on each turn, the checkpoint and validation steps, and the GPU memory of each
-device (:mod:`agent_system.trainer.memory_estimate`; a notice when a device's sum exceeds it). It is logged and
+device (:mod:`agent_system.trainer.memory_estimate`; a notice when a device's peak exceeds it, which start-up
+refuses). It is logged and
 written as ``run_plan.json`` and ``run_plan.md`` in ``trainer.default_local_dir``. Print it without starting anything:
 
     python -m verl.trainer.main_mlmt mlmt.plan_only=true [key=value ...]

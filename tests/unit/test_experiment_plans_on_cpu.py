@@ -5,19 +5,22 @@ accepts it (issue 16, item 2 and the pre-flight plan).
 Each script runs through bash with MLMT_PYTHON set to a stub that records the argv it would give
 `python -m verl.trainer.main_mlmt`; that argv is composed in-process as the entry point does. The training-set sizes
 are those of the files `examples/data_preprocess/prepare_all.sh` writes (MATH train: 7,500 problems; MBPP train:
-374), which epochs-mode runs count their steps from.
+374), which epochs-mode runs count their steps from. Each script's GPU run is estimated on 80 GiB devices (its models'
+config.json written here): none is refused at start-up, and a 7B feedback writer on the default 2 + 2 split is.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from agent_system.trainer.config import compose_config, validate_config
+from agent_system.trainer.config import ConfigError, compose_config, validate_config
 from agent_system.trainer.main import check_stages_reached, set_schedule_horizon
+from agent_system.trainer.memory_estimate import refuse_overcommit
 from agent_system.trainer.plan import build_plan, render_markdown
 
 REPO = Path(__file__).resolve().parents[2]
@@ -86,3 +89,55 @@ def test_script_sets_the_per_turn_betas_it_always_had(script, tmp_path, caplog):
     plan = build_plan(config, TRAIN_ROWS[script.split("/")[0]], 500)
     betas = [(stage.stage_id, stage.beta_turn1, stage.beta_turn2, stage.beta_turn3) for stage in plan.stages]
     assert betas == PLAN_BETAS[script]
+
+
+# The scripts' models, as local folders holding only their public config.json (nothing is downloaded), and verl's GPU
+# settings in place of the CPU overlay's: the run each script starts on a GPU node, estimated on 80 GiB devices.
+LLAMA = {"model_type": "llama", "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256,
+         "tie_word_embeddings": True, "attention_bias": False}  # fmt: skip
+SHAPES = {
+    "meta-llama/Llama-3.2-1B-Instruct": {**LLAMA, "hidden_size": 2048, "num_hidden_layers": 16,
+                                         "intermediate_size": 8192, "head_dim": 64},
+    "meta-llama/Llama-3.2-3B-Instruct": {**LLAMA, "hidden_size": 3072, "num_hidden_layers": 28,
+                                         "intermediate_size": 8192, "num_attention_heads": 24, "head_dim": 128},
+    "Qwen/Qwen2.5-7B-Instruct": {"model_type": "qwen2", "hidden_size": 3584, "intermediate_size": 18944,
+                                 "num_attention_heads": 28, "num_hidden_layers": 28, "num_key_value_heads": 4,
+                                 "vocab_size": 152064, "tie_word_embeddings": False},
+}  # fmt: skip
+GPU_RUN = [
+    f"{tree}.{key}"
+    for tree in ("actor_rollout_ref", "hl")
+    for key in ("rollout.dtype=bfloat16", "rollout.engine_kwargs.vllm.kv_cache_memory_bytes=null",
+                "rollout.free_cache_engine=true", "model.use_remove_padding=true",
+                "actor.ppo_max_token_len_per_gpu=16384", "rollout.log_prob_max_token_len_per_gpu=16384")
+] + [f"++{tree}.actor.fsdp_config.mixed_precision.param_dtype=bf16" for tree in ("actor_rollout_ref", "hl")] + [
+    "mlmt.plan_device_gib=80"]  # fmt: skip
+
+
+def _gpu_plan(argv: list[str], tmp_path: Path, script: str):
+    folders = {}
+    for name, shape in SHAPES.items():
+        folders[name] = tmp_path / name.replace("/", "--")
+        folders[name].mkdir(exist_ok=True)
+        (folders[name] / "config.json").write_text(json.dumps(shape))
+    local = [next((f"{arg.split('=')[0]}={folders[v]}" for v in folders if arg.endswith(f"={v}")), arg) for arg in argv]
+    config = compose_config([*local, *GPU_RUN])
+    validate_config(config)
+    rows = TRAIN_ROWS[script.split("/")[0]]
+    set_schedule_horizon(config, rows)
+    return build_plan(config, rows, 500)
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_each_script_fits_80_gib_devices_on_its_default_gpus(script, tmp_path):
+    plan = _gpu_plan(_argv(script, tmp_path), tmp_path, script)
+    assert plan.memory is not None, plan.memory_unavailable
+    refuse_overcommit(plan.memory, allowed=False)  # start-up would not refuse it
+    assert all(group.fits for group in plan.memory.sums), render_markdown(plan)
+
+
+def test_a_7b_feedback_writer_on_the_default_split_is_refused_at_start_up(tmp_path):
+    argv = [*_argv("math/HLT_LLT_RR_1_15.sh", tmp_path), "hl.model.path=Qwen/Qwen2.5-7B-Instruct"]
+    plan = _gpu_plan(argv, tmp_path, "math/HLT_LLT_RR_1_15.sh")
+    with pytest.raises(ConfigError, match=r"HL needs about 89\.23 GiB on each of the 2 HL devices \(mlmt\.hl_gpus\)"):
+        refuse_overcommit(plan.memory, allowed=False)

@@ -274,7 +274,7 @@ def test_compare_per_baseline_overrides_name_the_bad_setting():
 def test_compare_refuses_one_step_for_the_staged_baselines(monkeypatch, capsys):
     """One step cannot hold stage I and stage II: the schedule [0,1] never runs stage I (the trainer refuses it), so
     the comparison stops before training anything, naming the baselines; without a staged one, one step is fine."""
-    from agent_system.recipes import compare
+    from agent_system.comparisons import compare
 
     monkeypatch.setattr(sys, "argv", ["compare", "--out", "unused", "--steps", "1", "--baselines", "grpo,score"])
     with pytest.raises(SystemExit) as stopped:

@@ -128,29 +128,35 @@ def test_the_plan_gives_each_devices_gpu_memory_and_warns_when_it_does_not_fit(t
                  "hl.rollout.response_length=1024", "data.max_response_length=1024", *gpu_like]  # fmt: skip
     config, plan = _plan([*overrides, "trainer.n_gpus_per_node=1", "mlmt.plan_device_gib=141"])
     (shared,) = plan.memory.sums
-    # one shared 141 GiB device: two fp32 actors (16 bytes a parameter each) + two vLLM shares of 0.35 × 141 GiB
-    assert shared.levels == ["ll", "hl"] and shared.total == 2 * 16 * P1B + 2 * 52_989_159_014 and shared.fits
+    # one shared 141 GiB device, the CPU overlay's settings (vLLM awake throughout, padded sequences, fp32 compute, no
+    # entropy bonus, 768 + 1024-token micro-batches): the peak is the LL's update, with both fp32 actors' parameters
+    # and moments (12 bytes a parameter each), the LL's gradients (4), the logits of a padded micro-batch (2 × 1,792
+    # tokens × 128,256 × 5 copies × 4 bytes) and both vLLM shares of 0.35 × 141 GiB
+    logits = 2 * 1792 * 128_256 * 5 * 4
+    peak = 2 * 12 * P1B + 4 * P1B + logits + 2 * 52_989_159_014
+    assert shared.levels == ["ll", "hl"] and shared.peak == "LL update" and shared.total == peak and shared.fits
     assert plan.levels["ll"].reference.startswith("none")
     assert plan.memory.levels["ll"].kv_sequences == (52_989_159_014 - 2 * P1B) // 32_768 // 1792 == 860
     page = render_markdown(plan)
     assert "## GPU memory per device" in page and "141.00 GiB (mlmt.plan_device_gib=141)" in page
-    assert f"= {(2 * 16 * P1B + 2 * 52_989_159_014) / 2**30:.2f} of 141.00 GiB — fits" in page
+    assert f"(LL update): LL + HL = {peak / 2**30:.2f} of 141.00 GiB — fits" in page
     write_plan(plan, tmp_path / "run")
     saved = read_plan(tmp_path / "run")["memory"]
     assert saved["device"] == 141 * 2**30 and saved["sums"][0]["total"] == shared.total
     assert saved["levels"]["hl"]["actor_optimizer"] == 8 * P1B and not plan.notices
 
-    config.mlmt.plan_device_gib = 80  # 2 · 18.4 GiB of actors + 2 · 28 GiB of vLLM do not fit one 80 GiB device
+    config.mlmt.plan_device_gib = 80  # the same on one 80 GiB device does not fit
     small = build_plan(config, 10_000, 8)
-    assert small.memory.sums[0].total == 2 * 16 * P1B + 2 * 30_064_771_072 and small.memory.sums[0].fits is False
-    assert "92.83 of 80.00 GiB — DOES NOT FIT" in render_markdown(small)
+    small_peak = 28 * P1B + logits + 2 * 30_064_771_072
+    assert small.memory.sums[0].total == small_peak and small.memory.sums[0].fits is False
+    assert f"{small_peak / 2**30:.2f} of 80.00 GiB — DOES NOT FIT" in render_markdown(small)
     (notice,) = small.notices
-    assert notice.startswith("GPU memory: LL + HL need about 92.83 GiB on each of the 1 shared devices")
+    assert notice.startswith(f"GPU memory: LL + HL need about {small_peak / 2**30:.2f} GiB on each of the 1 shared")
 
     config.mlmt.plan_device_gib = None  # on CPU: the device's size is not known here
     unknown = render_markdown(build_plan(config, 10_000, 8))
     assert "- device: not known here (no GPU; set mlmt.plan_device_gib=<GiB>" in unknown
-    assert f"+ 0.7 × device; fits a device of at least {2 * 16 * P1B / 0.3 / 2**30:.2f} GiB" in unknown
+    assert f"+ 0.7 × device; fits a device of at least {(28 * P1B + logits) / 0.3 / 2**30:.2f} GiB" in unknown
 
 
 def test_without_a_model_config_the_plan_says_why_there_is_no_memory_estimate():
