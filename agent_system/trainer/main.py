@@ -38,17 +38,29 @@ def _user_overrides() -> list[str]:
     return list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
 
 
+def user_errors() -> tuple[type[Exception], ...]:
+    """The errors a bad config, model path or data file raises before training: the entry point prints their
+    message alone (it names the bad input), not a stack trace."""
+    from agent_system.data.heldout import TrainOnTestSplitError
+    from agent_system.data.yaml_task import YamlTaskError
+    from agent_system.models.adapter import AdapterError
+    from agent_system.models.resolve import ModelPathError
+    from agent_system.trainer.config import ConfigError
+
+    return ConfigError, ModelPathError, AdapterError, TrainOnTestSplitError, YamlTaskError
+
+
 def prepare_config(config: DictConfig, user_overrides: list[str]) -> DictConfig:
     """CPU overlay, model paths resolved to local folders, the default dataset, then validation."""
     from agent_system import verl_plugin
     from agent_system.data.default_dataset import ensure_default_dataset
     from agent_system.models.resolve import resolve_model_path
-    from agent_system.trainer.config import apply_hardware_overlay, has_hl, validate_config
+    from agent_system.trainer.config import ConfigError, apply_hardware_overlay, has_hl, validate_config
 
     if not verl_plugin.LOADED:
         raise RuntimeError("the MLMT-RL verl plugin did not load; reinstall with `bash scripts/install.sh`")
     if not verl_plugin.CPU_BACKEND_ACTIVE and not verl_plugin.gpu_visible():
-        raise RuntimeError(
+        raise ConfigError(
             "no GPU is visible and the CPU backend is not active (VERL_PLATFORM is set to "
             f"{os.environ.get('VERL_PLATFORM')!r}); unset VERL_PLATFORM or set VERL_PLATFORM=cpu"
         )

@@ -109,3 +109,4 @@ def test_bad_environment_is_one_clear_error(tmp_path, args, env, message):
     result = _main_mlmt(args, tmp_path, **env)
     assert result.returncode != 0
     assert message in result.stdout + result.stderr
+    assert "Traceback" not in result.stderr and "main_mlmt: error: " in result.stderr  # the message, not a trace

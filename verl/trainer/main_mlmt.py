@@ -8,14 +8,19 @@ This file is a thin Hydra shim; the package ``verl`` is the PyPI one and this mo
 MLMT-RL verl plugin (``agent_system/verl_plugin.py``). The code lives in ``agent_system``.
 """
 
+import sys
+
 import hydra
 
-from agent_system.trainer.main import run_mlmt
+from agent_system.trainer.main import run_mlmt, user_errors
 
 
 @hydra.main(config_path="../../mlmt-configs", config_name="mlmt_trainer", version_base=None)
 def main(config):
-    run_mlmt(config)
+    try:
+        run_mlmt(config)
+    except user_errors() as error:  # the message names the bad input; a stack trace would bury it
+        sys.exit(f"main_mlmt: error: {error}")
 
 
 if __name__ == "__main__":
