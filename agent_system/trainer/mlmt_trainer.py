@@ -40,6 +40,7 @@ from agent_system.rewards import grading_context, leak
 from agent_system.trainer import advantages as adv
 from agent_system.trainer import plan as run_plan
 from agent_system.trainer import state as st
+from agent_system.trainer.config import frozen_levels
 from agent_system.trainer.hooks import Extension
 from agent_system.trainer.metrics import episode_metrics, plot_history, trajectory_records
 from agent_system.trainer.policy import SyncCounter, awake
@@ -126,8 +127,7 @@ class MLMTTrainer:
             metrics = episode_metrics(episodes, scores, prefix="train")
             if references is not None:  # which weights generated R_ref (the LL's of the last refresh)
                 metrics.update(self.snapshot.generation_metrics(self.groups["ll"], self._probe("ll")))
-            frozen = {k: k not in self.groups or self.mlmt[k].freeze for k in ("ll", "hl")}  # no HL: the LL alone
-            active = levels_to_update(step, self.mlmt.schedule, frozen)
+            active = levels_to_update(step, self.mlmt.schedule, frozen_levels(self.config))
             stage_index, stage = adv.stage_at(self.mlmt.stages, step)
             metrics["train/stage_id"] = stage.stage_id
             metrics["train/stage_index"] = stage_index  # the plan check compares these two records
@@ -388,7 +388,7 @@ class MLMTTrainer:
     def save_checkpoint(self, stage_index: int) -> None:
         folder = st.step_dir(self.ckpt_dir, self.global_step)
         for level, group in self.groups.items():
-            if not self.mlmt[level].freeze:
+            if not frozen_levels(self.config)[level]:
                 group.save_checkpoint(str(folder / level), self.global_step)
         for level, critic in self.critics.items():
             critic.save_checkpoint(str(folder / f"{level}_critic"), self.global_step)

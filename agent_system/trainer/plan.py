@@ -25,7 +25,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from agent_system.trainer.config import CRITIC_TREES, POLICY_TREES
+from agent_system.trainer.config import CRITIC_TREES, POLICY_TREES, frozen_levels
 from agent_system.trainer.memory_estimate import (
     MemoryPlan,
     MemoryUnavailable,
@@ -146,14 +146,6 @@ def steps_source(config: DictConfig, train_rows: int) -> str:
         f"trainer.total_epochs={trainer.total_epochs} × ⌊{train_rows} training rows / data.train_batch_size="
         f"{config.data.train_batch_size}⌋ = {trainer.total_epochs} × {per_epoch}"
     )
-
-
-def frozen_levels(config: DictConfig) -> dict[str, bool]:
-    """``{"ll": bool, "hl": bool}``: frozen, or (the HL with ``mlmt.feedback=self|none``) absent."""
-    return {
-        "ll": bool(config.mlmt.ll.freeze),
-        "hl": config.mlmt.feedback != "model" or bool(config.mlmt.hl.freeze),
-    }
 
 
 def level_update_steps(config: DictConfig, total: int) -> dict[str, list[int]]:
