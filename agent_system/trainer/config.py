@@ -251,6 +251,7 @@ def validate_config(config: DictConfig) -> None:
         raise ConfigError(f"mlmt.stages.stage_ids must contain 1 or 2 (got {list(stages.stage_ids)})")
     _check_ref_refresh(config)
     _reject_small_mini_batches(config)
+    _reject_bypassed_verl_keys(config)
     _reject_inert(config)
     _reject_inert_torch_compile(config)
     _reject_cannot_act(config)
@@ -297,6 +298,16 @@ def _check_schedule_trains_a_level(config: DictConfig) -> None:
             f"{reasons['ll']} and {reasons['hl']}: neither level is ever updated, so nothing would be trained; give "
             "the level you want trained a period > 0 in mlmt.schedule and mlmt.<level>.freeze=false"
         )
+
+
+def _reject_bypassed_verl_keys(config: DictConfig) -> None:
+    """Refuse verl's keys this trainer does not read set to other than verl's default (``verl_keys``), naming the key
+    that replaces each (``algorithm.adv_estimator=reinforce`` once ran GRPO without a word)."""
+    from agent_system.trainer.verl_keys import bypassed_key_errors
+
+    errors = bypassed_key_errors(config)
+    if errors:
+        raise ConfigError("; ".join(errors))
 
 
 def _reject_small_mini_batches(config: DictConfig) -> None:
