@@ -335,6 +335,23 @@ def merge_fsdp_checkpoint(local_dir: str, target_dir: str) -> MergedCheckpoint:
 # --------------------------------------------------------------------------------------------------------------------
 
 
+def verl_default_config() -> Any:
+    """verl's composed default ``ppo_trainer`` config (the ``_generated_ppo_trainer.yaml`` verl ships beside its
+    Hydra configs), read once: the defaults the trainer's checks compare verl's own keys with."""
+    global _VERL_DEFAULTS
+    if _VERL_DEFAULTS is None:
+        from pathlib import Path
+
+        import verl.trainer.config
+        from omegaconf import OmegaConf
+
+        _VERL_DEFAULTS = OmegaConf.load(Path(verl.trainer.config.__file__).parent / "_generated_ppo_trainer.yaml")
+    return _VERL_DEFAULTS
+
+
+_VERL_DEFAULTS = None
+
+
 def build_lr_scheduler(optimizer_config: Any, optimizer: Any) -> Any:
     """The learning-rate scheduler verl's FSDP engine builds for ``optimizer`` from ``optimizer_config`` (an
     ``FSDPOptimizerConfig``): the engine's own ``_build_lr_scheduler``, called on a stand-in holding the two

@@ -210,6 +210,7 @@ def validate_config(config: DictConfig) -> None:
         )
     if mlmt.n < 1 or mlmt.m < 1:
         raise ConfigError(f"mlmt.n and mlmt.m must be >= 1 (got n={mlmt.n}, m={mlmt.m})")
+    _check_schedule_trains_a_level(config)
     _check_archer(config)
     if mlmt.ll.adv_estimator in ("grpo", "rloo") and mlmt.n < 2:
         raise ConfigError(
@@ -238,17 +239,11 @@ def validate_config(config: DictConfig) -> None:
     leak_penalty = mlmt.reward.leak_penalty  # agent_system/rewards/leak.py
     if leak_penalty < 0:
         raise ConfigError(f"mlmt.reward.leak_penalty={leak_penalty}: must be >= 0 (0: off)")
-    if leak_penalty > 0 and (not has_hl(config) or mlmt.hl.freeze or mlmt.reward.hl_reward == "value_shaped"):
+    hl_frozen = frozen_reasons(config)["hl"]
+    if leak_penalty > 0 and (hl_frozen or mlmt.reward.hl_reward == "value_shaped"):
         raise ConfigError(
-            f"mlmt.reward.leak_penalty={leak_penalty} with mlmt.feedback={mlmt.feedback}, mlmt.hl.freeze="
-            f"{mlmt.hl.freeze}, mlmt.reward.hl_reward={mlmt.reward.hl_reward}: the penalty is part of a trained HL's "
-            "reward (not of value_shaped's), so it cannot act; set leak_penalty=0"
-        )
-    if mlmt.ll.freeze and mlmt.hl.freeze:
-        raise ConfigError("mlmt.ll.freeze and mlmt.hl.freeze are both true: nothing would be trained")
-    if mlmt.schedule.tH < 0 or mlmt.schedule.tL < 0 or mlmt.schedule.tH + mlmt.schedule.tL == 0:
-        raise ConfigError(
-            f"mlmt.schedule: tH and tL must be >= 0 and not both 0 (got {mlmt.schedule.tH}, {mlmt.schedule.tL})"
+            f"mlmt.reward.leak_penalty={leak_penalty} with {hl_frozen or 'mlmt.reward.hl_reward=value_shaped'}: the "
+            "penalty is part of a trained HL's reward (not of value_shaped's), so it cannot act; set leak_penalty=0"
         )
     stages = mlmt.stages
     count = len(stages.schedule)
@@ -260,6 +255,8 @@ def validate_config(config: DictConfig) -> None:
     if any(s not in (1, 2) for s in stages.stage_ids):
         raise ConfigError(f"mlmt.stages.stage_ids must contain 1 or 2 (got {list(stages.stage_ids)})")
     _check_ref_refresh(config)
+    _reject_small_mini_batches(config)
+    _reject_bypassed_verl_keys(config)
     _reject_inert(config)
     _reject_inert_torch_compile(config)
     _reject_cannot_act(config)
@@ -348,6 +345,52 @@ def _check_checkpoint_engine(config: DictConfig) -> None:
         )
 
 
+def _check_schedule_trains_a_level(config: DictConfig) -> None:
+    """``mlmt.schedule`` periods are >= 0 and some level has a planned update (:func:`frozen_reasons`): a zero period
+    beside a freeze of the other level (or beside no HL) would train nothing."""
+    schedule = config.mlmt.schedule
+    if schedule.tH < 0 or schedule.tL < 0 or schedule.tH + schedule.tL == 0:
+        raise ConfigError(f"mlmt.schedule: tH and tL must be >= 0 and not both 0 (got {schedule.tH}, {schedule.tL})")
+    reasons = frozen_reasons(config)
+    if all(reasons.values()):
+        raise ConfigError(
+            f"{reasons['ll']} and {reasons['hl']}: neither level is ever updated, so nothing would be trained; give "
+            "the level you want trained a period > 0 in mlmt.schedule and mlmt.<level>.freeze=false"
+        )
+
+
+def _reject_bypassed_verl_keys(config: DictConfig) -> None:
+    """Refuse verl's keys this trainer does not read set to other than verl's default (``verl_keys``), naming the key
+    that replaces each (``algorithm.adv_estimator=reinforce`` once ran GRPO without a word)."""
+    from agent_system.trainer.verl_keys import bypassed_key_errors
+
+    errors = bypassed_key_errors(config)
+    if errors:
+        raise ConfigError("; ".join(errors))
+
+
+def _reject_small_mini_batches(config: DictConfig) -> None:
+    """Refuse a mini-batch cut below half its setting (issue 34: ArCHer's 128 rows on 3 ranks, padded to 129, made 43
+    optimizer steps of 3 rows per update where its setting asked for one of 128), unless
+    ``mlmt.allow_small_mini_batches=true``; a smaller cut stays a notice of the run plan (``plan.mini_batch_cuts``)."""
+    from agent_system.trainer.plan import mini_batch_cuts
+
+    if config.mlmt.allow_small_mini_batches:
+        return
+    cuts = [cut for cut in mini_batch_cuts(config) if cut.below_half]
+    if cuts:
+        raise ConfigError(
+            "; ".join(
+                f"{cut.rows} rows per update (data.train_batch_size × mlmt.n × turns, padded to a multiple of "
+                f"{cut.ranks} data-parallel ranks) with {cut.key}={cut.setting}: the effective mini-batch is "
+                f"{cut.size} rows ({cut.rows // cut.size} optimizer steps per update), below half the setting"
+                for cut in cuts
+            )
+            + ": make the rows a multiple of the ranks times a size near the setting (data.train_batch_size, the "
+            "level's devices) or lower the setting, or set mlmt.allow_small_mini_batches=true to run it anyway"
+        )
+
+
 def _check_archer(config: DictConfig) -> None:
     """``mlmt.archer`` (ArCHer's utterance critic, ``methods/archer/critic.py``) and where it may be selected."""
     mlmt, archer = config.mlmt, config.mlmt.archer
@@ -373,6 +416,13 @@ def _check_archer(config: DictConfig) -> None:
             "target_refresh_every >= 1; lr, max_grad_norm > 0; num_gpus >= 0"
         )
     if mlmt.ll.adv_estimator == "archer":
+        frozen = frozen_reasons(config)["ll"]
+        if frozen:
+            raise ConfigError(
+                f"mlmt.ll.adv_estimator=archer with {frozen}: the utterance critic only gives the solver its "
+                "advantages, and the solver is never updated, yet the critic would be started and trained; use "
+                "another mlmt.ll.adv_estimator (e.g. grpo)"
+            )
         stages = mlmt.stages
         if 1 in stages.stage_ids or any(a > 0 for a in stages.alpha):
             raise ConfigError(
@@ -386,13 +436,44 @@ def has_hl(config: DictConfig) -> bool:
     return config.mlmt.feedback == "model"
 
 
+# each level's period in mlmt.schedule: a level whose period is 0 is never updated
+SCHEDULE_PERIODS = {"ll": "tL", "hl": "tH"}
+
+
+def frozen_reasons(config: DictConfig) -> dict[str, str]:
+    """Per level: why it has no planned update ("" when it has some), naming the keys, e.g. ``mlmt.hl.freeze=true``.
+
+    A level is never updated when it is absent (the HL with ``mlmt.feedback=self|none``), its ``mlmt.<level>.freeze``
+    is set, or its period in ``mlmt.schedule`` (``tL`` for the LL, ``tH`` for the HL) is 0. Every check of a frozen
+    level, the schedule, the plan and the trainer read this (through :func:`frozen_levels`), whichever key froze it.
+    """
+    mlmt, reasons = config.mlmt, {}
+    for level in LEVELS:
+        period = SCHEDULE_PERIODS[level]
+        if level == "hl" and not has_hl(config):
+            reasons[level] = f"mlmt.feedback={mlmt.feedback} (no HL)"
+        elif mlmt[level].freeze:
+            reasons[level] = f"mlmt.{level}.freeze=true"
+        elif mlmt.schedule[period] == 0:
+            reasons[level] = f"mlmt.schedule.{period}=0 (no {level.upper()} update)"
+        else:
+            reasons[level] = ""
+    return reasons
+
+
+def frozen_levels(config: DictConfig) -> dict[str, bool]:
+    """``{"ll": bool, "hl": bool}``: whether each level has zero planned updates (:func:`frozen_reasons`)."""
+    return {level: bool(reason) for level, reason in frozen_reasons(config).items()}
+
+
 def reference_needed(config: DictConfig) -> dict[str, bool]:
-    """Per level: whether its workers need a reference model (a β > 0 in any stage, or the actor's own KL loss)."""
-    stages = config.mlmt.stages
+    """Per level: whether its workers need a reference model (a β > 0 in any stage, or the actor's own KL loss) and
+    it is updated at all (:func:`frozen_levels`)."""
+    stages, frozen = config.mlmt.stages, frozen_levels(config)
+    betas = {"ll": [*stages.beta_turn1, *stages.beta_turn3], "hl": list(stages.beta_turn2)}
     return {
-        "ll": any(b > 0 for b in [*stages.beta_turn1, *stages.beta_turn3])
-        or bool(config.actor_rollout_ref.actor.use_kl_loss),
-        "hl": has_hl(config) and (any(b > 0 for b in stages.beta_turn2) or bool(config.hl.actor.use_kl_loss)),
+        level: not frozen[level] and (any(b > 0 for b in betas[level]) or bool(config[tree].actor.use_kl_loss))
+        for level, tree in POLICY_TREES.items()
     }
 
 
@@ -417,11 +498,9 @@ def critic_levels(config: DictConfig) -> tuple[str, ...]:
     a folder in every checkpoint for nothing, and is not built (config validation rejects ``value_baseline`` with a
     frozen LL, the one case where another level would read it).
     """
-    levels = LEVELS if has_hl(config) else ("ll",)
+    frozen = frozen_levels(config)
     return tuple(
-        level
-        for level in levels
-        if config.mlmt[level].adv_estimator in ("gae", "value_baseline") and not config.mlmt[level].freeze
+        level for level in LEVELS if config.mlmt[level].adv_estimator in ("gae", "value_baseline") and not frozen[level]
     )
 
 
@@ -466,8 +545,6 @@ def _check_without_hl(config: DictConfig) -> None:
     set_keys = [key for key, is_set in hl_knobs.items() if is_set]
     if set_keys:
         raise ConfigError(f"mlmt.feedback={feedback} has no feedback writer (HL), so {set_keys} cannot act; unset them")
-    if mlmt.ll.freeze:
-        raise ConfigError(f"mlmt.ll.freeze=true with mlmt.feedback={feedback}: the solver is the only model")
     if feedback == "none":
         turn3_knobs = {
             "mlmt.stages.stage_ids=1": 1 in stages.stage_ids,  # stage I rewards turn 1 with its −β·KL only
@@ -492,13 +569,15 @@ def _check_ref_refresh(config: DictConfig) -> None:
         raise ConfigError(f"mlmt.ll.ref_refresh_freq={freq}: use 0 (never) or a period >= 1")
     if freq == 0:
         return
+    if frozen_levels(config)["ll"]:
+        raise ConfigError(
+            f"mlmt.ll.ref_refresh_freq={freq} with {frozen_reasons(config)['ll']}: the actor never changes"
+        )
     if not reference_needed(config)["ll"]:
         raise ConfigError(
             f"mlmt.ll.ref_refresh_freq={freq} refreshes the LL's reference model, but there is none: set "
             "mlmt.stages.beta_turn1 / beta_turn3 > 0 or actor_rollout_ref.actor.use_kl_loss=true"
         )
-    if config.mlmt.ll.freeze:
-        raise ConfigError(f"mlmt.ll.ref_refresh_freq={freq} with mlmt.ll.freeze=true: the actor never changes")
     if reference_in_actor(config)["ll"]:
         raise ConfigError(
             f"mlmt.ll.ref_refresh_freq={freq} with actor_rollout_ref.model.lora_rank="
@@ -517,26 +596,28 @@ def _reject_cannot_act(config: DictConfig) -> None:
             "each turn with mlmt.stages.beta_turn1 / beta_turn2 / beta_turn3 (mlmt.stages.kl_in=advantage puts it in "
             "the advantages, as a reward penalty would) and set algorithm.use_kl_in_reward=false"
         )
-    if has_hl(config) and mlmt.hl.freeze:
-        if reward.hl_reward == "contrastive":
+    reasons = frozen_reasons(config)
+    if has_hl(config) and reasons["hl"]:
+        if reward.hl_reward in ("contrastive", "progress"):
             raise ConfigError(
-                "mlmt.reward.hl_reward=contrastive with mlmt.hl.freeze=true: the HL reward trains only the HL, which "
-                "is frozen, yet its reference refinements would be generated every step; set hl_reward=r3"
+                f"mlmt.reward.hl_reward={reward.hl_reward} with {reasons['hl']}: the HL reward trains only the HL, "
+                "which is never updated, yet its terms would be computed every step (contrastive: reference "
+                "refinements generated); set hl_reward=r3"
             )
         if reward.confidence_lambda > 0:
             raise ConfigError(
-                f"mlmt.reward.confidence_lambda={reward.confidence_lambda} with mlmt.hl.freeze=true: the confidence "
-                "term is part of the HL's reward, and the HL is frozen; set confidence_lambda=0"
+                f"mlmt.reward.confidence_lambda={reward.confidence_lambda} with {reasons['hl']}: the confidence "
+                "term is part of the HL's reward, and the HL is never updated; set confidence_lambda=0"
             )
     if mlmt.ll.turn3_group_by == "attempt" and mlmt.ll.adv_estimator not in GROUP_ESTIMATORS:
         raise ConfigError(
             f"mlmt.ll.turn3_group_by=attempt with mlmt.ll.adv_estimator={mlmt.ll.adv_estimator}: only "
             f"{GROUP_ESTIMATORS} have groups, so the setting cannot act; use turn3_group_by=problem"
         )
-    if mlmt.ll.freeze and 1 in mlmt.stages.stage_ids:
+    if reasons["ll"] and 1 in mlmt.stages.stage_ids:
         raise ConfigError(
-            "mlmt.stages.stage_ids has a stage I (1) with mlmt.ll.freeze=true: stage I changes only the solver's "
-            "turn-1 reward, and the solver is frozen; use stage_ids [2]"
+            f"mlmt.stages.stage_ids has a stage I (1) with {reasons['ll']}: stage I changes only the solver's "
+            "turn-1 reward, and the solver is never updated; use stage_ids [2]"
         )
 
 
@@ -572,15 +653,13 @@ def _reject_greedy_trained_level(config: DictConfig) -> None:
     verl divides the logits by ``temperature.clamp(min=1e-8)``: at T = 0 every sampled (greedy) token has log-prob 0
     and gradient 0, so the policy gradient, the entropy bonus and the KL terms all vanish, whatever the estimator.
     Validation decodes greedily on its own (``mlmt_trainer``), whatever the key."""
-    from agent_system.trainer.plan import frozen_levels
-
     errors = []
-    for level, frozen in frozen_levels(config).items():
+    for level, reason in frozen_reasons(config).items():
         key = f"{POLICY_TREES[level]}.rollout.temperature"
         temperature = OmegaConf.select(config, key)
-        if not frozen and temperature <= 0:
+        if not reason and temperature <= 0:
             errors.append(
-                f"{key}={temperature} with a trained {level.upper()} (mlmt.{level}.freeze=false): its log-probs are "
+                f"{key}={temperature} with a trained {level.upper()} (it has planned updates): its log-probs are "
                 "taken at this temperature, and at 0 verl gives every sampled token log-prob 0 and gradient 0, so the "
                 f"level would train on nothing; set {key} > 0 (1.0: the policy itself) or mlmt.{level}.freeze=true"
             )
@@ -631,9 +710,10 @@ def _reject_inert_lora(config: DictConfig) -> None:
         if rank == 0 and megatron.get("merge", False):
             errors.append(f"{tree}.model.lora.merge=true with {tree}.model.lora_rank=0: there is no adapter to merge")
         level = {policy: name for name, policy in POLICY_TREES.items()}.get(tree)
-        if level and rank > 0 and config.mlmt[level].freeze and model.get("lora_adapter_path") is None:
+        if level and rank > 0 and frozen_levels(config)[level] and model.get("lora_adapter_path") is None:
             errors.append(
-                f"{tree}.model.lora_rank={rank} with mlmt.{level}.freeze=true: a frozen level never trains its adapter "
+                f"{tree}.model.lora_rank={rank} with {frozen_reasons(config)[level]}: a level that is never updated "
+                "never trains its adapter "
                 "and a new one computes exactly the base (PEFT starts lora_B at zero): unset the rank, or load a "
                 f"trained adapter with {tree}.model.lora_adapter_path"
             )
@@ -712,19 +792,26 @@ def _reject_inert(config: DictConfig) -> None:
                 "estimator"
             )
     attempt_groups = mlmt.ll.turn3_group_by == "attempt"  # (n = 1 with a group estimator is rejected above)
-    alpha_acts_on_hl = reward.hl_reward == "progress" and not mlmt.hl.freeze
+    reasons = frozen_reasons(config)
+    alpha_acts_on_hl = reward.hl_reward == "progress" and not reasons["hl"]
     if stage_two_alpha and attempt_groups and mlmt.ll.adv_estimator in GROUP_ESTIMATORS and not alpha_acts_on_hl:
         raise ConfigError(
             f"mlmt.stages.alpha > 0 with mlmt.ll.adv_estimator={mlmt.ll.adv_estimator} and turn-3 groups of one "
             f"attempt (mlmt.ll.turn3_group_by={mlmt.ll.turn3_group_by}): R1 is constant in the group, so α(R3 − R1) "
             "cancels; use turn3_group_by=problem"
         )
+    if stage_two_alpha and reasons["ll"] and not alpha_acts_on_hl:
+        raise ConfigError(
+            f"mlmt.stages.alpha={list(stages.alpha)} with {reasons['ll']} and mlmt.reward.hl_reward="
+            f"{reward.hl_reward}: α(R3 − R1) shapes the solver's turn-3 reward (and a trained HL's with "
+            "hl_reward=progress), and the solver is never updated, so α acts nowhere; set alpha to 0"
+        )
     for level, keys in LEVEL_BETAS.items():
-        if not mlmt[level].freeze:
+        if not reasons[level] or (level == "hl" and not has_hl(config)):  # no HL: _check_without_hl
             continue
         for key in keys:
             if any(b > 0 for b in stages[key]):
                 raise ConfigError(
-                    f"mlmt.stages.{key} > 0 with mlmt.{level}.freeze=true: a frozen level is never updated, so its "
-                    "KL term has no effect"
+                    f"mlmt.stages.{key} > 0 with {reasons[level]}: the level is never updated, so its KL term has no "
+                    "effect"
                 )

@@ -55,7 +55,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from agent_system.trainer.config import CRITIC_TREES, POLICY_TREES, ConfigError, critic_levels, has_hl
+from agent_system.trainer.config import CRITIC_TREES, POLICY_TREES, ConfigError, critic_levels, frozen_levels, has_hl
 
 GIB = 2**30
 DTYPE_BYTES = {
@@ -728,10 +728,9 @@ def memory_plan(config: DictConfig, device: int | None, device_source: str, refe
     """
 
     names = ("ll", "hl") if has_hl(config) else ("ll",)
-    critics = critic_levels(config)
+    critics, frozen = critic_levels(config), frozen_levels(config)
     levels = {
-        level: level_memory(config, level, device, reference[level], level in critics, bool(config.mlmt[level].freeze))
-        for level in names
+        level: level_memory(config, level, device, reference[level], level in critics, frozen[level]) for level in names
     }
     reward = config.mlmt.reward
     if has_hl(config) and reward.hl_reward == "contrastive" and reward.contrastive_reference == "lagged_snapshot":

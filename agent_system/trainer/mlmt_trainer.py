@@ -40,7 +40,7 @@ from agent_system.rewards import grading_context, leak
 from agent_system.trainer import advantages as adv
 from agent_system.trainer import plan as run_plan
 from agent_system.trainer import state as st
-from agent_system.trainer.config import checkpoints_to_keep
+from agent_system.trainer.config import checkpoints_to_keep, frozen_levels
 from agent_system.trainer.hooks import Extension
 from agent_system.trainer.metrics import episode_metrics, plot_history, trajectory_records
 from agent_system.trainer.rows import LevelInputs, LevelRows, StepData, StepScores
@@ -127,8 +127,7 @@ class MLMTTrainer:
                 problems = self.sampler.next_batch()  # B rows
                 episodes = self.rollout(problems, validate=False)
                 references = self.snapshot_refinements(episodes)
-            frozen = {k: k not in self.groups or self.mlmt[k].freeze for k in ("ll", "hl")}  # no HL: the LL alone
-            active = levels_to_update(step, self.mlmt.schedule, frozen)
+            active = levels_to_update(step, self.mlmt.schedule, frozen_levels(self.config))
             self.rollout_weights.sleep_for_training(active)  # only servers whose devices the training needs
             with _timer(timing, "reward"):
                 scores = self.score(problems, episodes, references)
@@ -394,7 +393,7 @@ class MLMTTrainer:
     def save_checkpoint(self, stage_index: int) -> None:
         folder = st.step_dir(self.ckpt_dir, self.global_step)
         for level, group in self.groups.items():
-            if not self.mlmt[level].freeze:
+            if not frozen_levels(self.config)[level]:
                 group.save_checkpoint(str(folder / level), self.global_step)
         for level, critic in self.critics.items():
             critic.save_checkpoint(str(folder / f"{level}_critic"), self.global_step)

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from agent_system.trainer.config import CRITIC_TREES, POLICY_TREES
+from agent_system.trainer.config import CRITIC_TREES, POLICY_TREES, frozen_levels
 from agent_system.trainer.gpu_checks import idle_devices_notice, visible_gpus
 from agent_system.trainer.memory_estimate import (
     MemoryPlan,
@@ -148,14 +148,6 @@ def steps_source(config: DictConfig, train_rows: int) -> str:
         f"trainer.total_epochs={trainer.total_epochs} × ⌊{train_rows} training rows / data.train_batch_size="
         f"{config.data.train_batch_size}⌋ = {trainer.total_epochs} × {per_epoch}"
     )
-
-
-def frozen_levels(config: DictConfig) -> dict[str, bool]:
-    """``{"ll": bool, "hl": bool}``: frozen, or (the HL with ``mlmt.feedback=self|none``) absent."""
-    return {
-        "ll": bool(config.mlmt.ll.freeze),
-        "hl": config.mlmt.feedback != "model" or bool(config.mlmt.hl.freeze),
-    }
 
 
 def level_update_steps(config: DictConfig, total: int) -> dict[str, list[int]]:
@@ -294,8 +286,31 @@ def level_trainable(config: DictConfig, level: str, frozen: bool) -> tuple[int |
     return shape.parameters, 0 if frozen else trainable.trained, tuning
 
 
-def mini_batch_notices(config: DictConfig) -> list[tuple[str, int, int, int]]:
-    """``(key, setting, effective size, rows)`` for each optimizer whose mini-batch size is cut to a divisor."""
+@dataclass(frozen=True)
+class MiniBatchCut:
+    """An optimizer whose mini-batch setting is cut to a divisor of its level's rows (:func:`mini_batch_cuts`)."""
+
+    key: str  # <tree>.actor.ppo_mini_batch_size or <critic tree>.ppo_mini_batch_size
+    setting: int
+    size: int  # the effective mini-batch: rows per optimizer step
+    rows: int  # rows per update, padded to a multiple of the ranks
+    ranks: int  # data-parallel ranks of the level
+
+    @property
+    def below_half(self) -> bool:
+        """Cut below half of what the setting asks (the setting, or all the rows when there are fewer)."""
+        return 2 * self.size < min(self.setting, self.rows)
+
+    def text(self) -> str:
+        return (
+            f"{self.key}={self.setting}: {self.rows} rows per update split into mini-batches of {self.size} rows (the "
+            f"largest size <= {self.setting} that divides the rows evenly over the {self.ranks} data-parallel ranks): "
+            f"{self.rows // self.size} optimizer steps per update"
+        )
+
+
+def mini_batch_cuts(config: DictConfig) -> list[MiniBatchCut]:
+    """Each optimizer of a trained level whose mini-batch size is cut to a divisor of its (padded) rows."""
     found = []
     frozen = frozen_levels(config)
     for level in ("ll", "hl"):
@@ -310,7 +325,7 @@ def mini_batch_notices(config: DictConfig) -> list[tuple[str, int, int, int]]:
             setting = int(OmegaConf.select(config, key))
             size = mini_batch_size(rows, setting, world)
             if size < min(setting, rows):
-                found.append((key, setting, size, rows))
+                found.append(MiniBatchCut(key, setting, size, rows, world))
     return found
 
 
@@ -411,12 +426,7 @@ def build_plan(config: DictConfig, train_rows: int, val_rows: int | None) -> Run
     if val_rows and config.trainer.val_before_train:
         validations = [0, *validations]
     val_samples = (val_rows or 0) * (1 + (2 if mlmt.feedback == "model" else 1 if mlmt.feedback == "self" else 0))
-    notices = [
-        f"{key}={setting}: {rows} rows per update split into mini-batches of {size} rows (the largest size <= "
-        f"{setting} that divides the rows evenly over the data-parallel ranks): {rows // size} optimizer steps "
-        "per update"
-        for key, setting, size, rows in mini_batch_notices(config)
-    ]
+    notices = [cut.text() for cut in mini_batch_cuts(config)]  # below half: refused unless allowed (config.py)
     idle = idle_devices_notice(config, visible_gpus())
     notices += [idle] if idle else []
     device, device_source = device_memory(config)

@@ -6,7 +6,9 @@
   31, 47, ... and the LL on the others (the first cycle has 14 LL steps, as in the original). tH = 0 trains only
   the LL, tL = 0 only the HL.
 * A frozen level never updates; the other level then trains on **every** step (the episodes of every step are
-  generated anyway, so none is discarded).
+  generated anyway, so none is discarded). A level is frozen when it has no planned update
+  (``config.frozen_levels``: ``mlmt.<level>.freeze``, no HL, or its period 0), and a level whose period is 0 is
+  never returned whatever ``frozen`` says (start-up refuses a zero period beside a freeze of the other level).
 """
 
 from __future__ import annotations
@@ -18,12 +20,13 @@ def levels_to_update(step: int, schedule, frozen: dict[str, bool]) -> list[str]:
     Args:
         step: the 1-based global training step.
         schedule: ``mlmt.schedule`` (``tH``, ``tL``).
-        frozen: ``{"ll": bool, "hl": bool}``, the levels' ``freeze`` flags (a level without a model is frozen).
+        frozen: ``{"ll": bool, "hl": bool}``, ``config.frozen_levels``.
     """
-    trainable = [level for level in ("ll", "hl") if not frozen[level]]
+    t_high, t_low = int(schedule.tH), int(schedule.tL)
+    periods = {"ll": t_low, "hl": t_high}
+    trainable = [level for level in ("ll", "hl") if not frozen[level] and periods[level] > 0]
     if len(trainable) < 2:
         return trainable  # one level frozen: the other trains every step
-    t_high, t_low = int(schedule.tH), int(schedule.tL)
     if t_high == 1 and t_low == 1:
         return ["ll", "hl"]
     return ["ll"] if step % (t_high + t_low) < t_low else ["hl"]

@@ -23,6 +23,10 @@ TASK=${TASK:-math}
 FEEDBACK=${FEEDBACK:-none}
 SIGNAL=${SIGNAL:-advantage}
 SOLVER_GPUS=$(( ${GPUS:-4} - 1 ))  # one device for the critic's Ray actor
+# Problems per step: the largest multiple of the solver's ranks <= 128 (126 on 3), so that the rows divide evenly over
+# the ranks and ppo_mini_batch_size=128 makes one optimizer step per turn, as the other baselines (128 rows on 3 ranks
+# were padded to 129 and cut into 43 mini-batches of 3 rows)
+PROBLEMS=$(( 128 / SOLVER_GPUS * SOLVER_GPUS ))
 
 case "$TASK" in
   math) TASK_ARGS=("${MATH[@]}") ;;
@@ -37,7 +41,7 @@ case "$TASK" in
 esac
 
 mlmt_run "${SOLVER_ONLY[@]}" "${LATER[@]}" "${TASK_ARGS[@]}" \
-  mlmt.ll_gpus="$SOLVER_GPUS" trainer.n_gpus_per_node="$SOLVER_GPUS" \
+  mlmt.ll_gpus="$SOLVER_GPUS" trainer.n_gpus_per_node="$SOLVER_GPUS" data.train_batch_size="$PROBLEMS" \
   mlmt.feedback="$FEEDBACK" \
   mlmt.ll.adv_estimator=archer mlmt.n=1 mlmt.m=1 \
   mlmt.archer.actor_signal="$SIGNAL" \

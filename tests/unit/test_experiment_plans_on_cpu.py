@@ -1,6 +1,7 @@
-"""The run plan of every experiment script (mlmt-configs/{math,code}/*.sh): each stage it declares is reached, each
-trained level is updated and its lr schedule is completed (peak reached, horizon = its updates), and start-up
-accepts it (issue 16, item 2 and the pre-flight plan).
+"""The run plan of every experiment script (mlmt-configs/{math,code}/*.sh) and baseline recipe (recipes/*/run_*.sh):
+each stage it declares is reached, each trained level is updated and its lr schedule is completed (peak reached,
+horizon = its updates), each optimizer makes the optimizer steps per update listed here, and start-up accepts it
+(issue 16, item 2 and the pre-flight plan; issue 34, defect 2).
 
 Each script runs through bash with MLMT_PYTHON set to a stub that records the argv it would give
 `python -m verl.trainer.main_mlmt`; that argv is composed in-process as the entry point does. The training-set sizes
@@ -28,7 +29,34 @@ SCRIPTS = sorted(
     str(path.relative_to(REPO / "mlmt-configs"))
     for path in [*(REPO / "mlmt-configs" / "math").glob("HL*.sh"), *(REPO / "mlmt-configs" / "code").glob("*.sh")]
 )
-TRAIN_ROWS = {"math": 7500, "code": 374}
+# the baseline recipes that start the trainer (learning_demo runs a CPU demo of its own), relative to mlmt-configs/
+RECIPES = sorted(
+    f"../{path.relative_to(REPO)}" for path in REPO.glob("recipes/*/run_*.sh") if "learning_demo" not in path.parts
+)
+TRAIN_ROWS = {"math": 7500, "code": 374, "..": 7500}  # recipes: MATH's (they run trainer.total_training_steps)
+# (effective mini-batch, optimizer steps per update) of each trained level (the plan's rows over its ranks, cut to a
+# divisor of the rows): the baselines make 1-5 per update like MLMT's scripts, not ArCHer's former 43 steps of 3 rows
+OPTIMIZER_STEPS = {
+    "code/HLT_LLT_RR_mbpp.sh": {"ll": (128, 2), "hl": (128, 1)},
+    "math/HLF_LLT_RR_1_1.sh": {"ll": (128, 2)},
+    "math/HLT_LLF_RR_1_1.sh": {"hl": (128, 1)},
+    "math/HLT_LLT_GRPO_1_1.sh": {"ll": (128, 3), "hl": (128, 2)},
+    "math/HLT_LLT_RR_1_1.sh": {"ll": (128, 2), "hl": (128, 1)},
+    "math/HLT_LLT_RR_1_10.sh": {"ll": (128, 2), "hl": (128, 1)},
+    "math/HLT_LLT_RR_1_10_LoRA.sh": {"ll": (64, 2), "hl": (64, 1)},
+    "math/HLT_LLT_RR_1_15.sh": {"ll": (128, 2), "hl": (128, 1)},
+    "math/HLT_LLT_RR_1_20.sh": {"ll": (128, 2), "hl": (128, 1)},
+    "math/HLT_LLT_RR_5_20.sh": {"ll": (128, 2), "hl": (128, 1)},
+    "../recipes/archer/run_archer.sh": {"ll": (126, 1)},  # 126 problems on 3 solver ranks
+    "../recipes/custom_yaml/run_custom_yaml.sh": {"ll": (96, 2), "hl": (128, 1)},
+    "../recipes/fixed_feedback/run_fixed_feedback.sh": {"ll": (128, 2)},
+    "../recipes/grpo/run_grpo.sh": {"ll": (128, 4)},
+    "../recipes/hl_only/run_hl_only.sh": {"hl": (128, 1)},
+    "../recipes/reinforce_kl/run_reinforce_kl.sh": {"ll": (20, 5)},  # 100 rows on 4 ranks: 4 × 5 of the setting 32
+    "../recipes/rl_guided_score/run_rl_guided_score.sh": {"ll": (128, 2), "hl": (128, 1)},
+    "../recipes/score/run_score.sh": {"ll": (128, 2)},
+    "../recipes/value_shaping/run_value_shaping.sh": {"ll": (128, 2), "hl": (128, 1)},
+}
 
 
 def _argv(script: str, tmp_path: Path) -> list[str]:
@@ -46,9 +74,11 @@ def _argv(script: str, tmp_path: Path) -> list[str]:
 
 def test_every_experiment_script_is_listed():
     assert len(SCRIPTS) >= 9 and "code/HLT_LLT_RR_mbpp.sh" in SCRIPTS and "math/HLT_LLT_RR_1_15.sh" in SCRIPTS
+    assert len(RECIPES) >= 9 and "../recipes/archer/run_archer.sh" in RECIPES
+    assert sorted(OPTIMIZER_STEPS) == sorted(SCRIPTS + RECIPES)
 
 
-@pytest.mark.parametrize("script", SCRIPTS)
+@pytest.mark.parametrize("script", SCRIPTS + RECIPES)
 def test_script_plan_reaches_every_stage_and_completes_each_lr_schedule(script, tmp_path):
     config = compose_config(_argv(script, tmp_path))
     validate_config(config)
@@ -69,6 +99,9 @@ def test_script_plan_reaches_every_stage_and_completes_each_lr_schedule(script, 
         assert level.updates > 0 and level.lr.completed and level.lr.horizon == level.updates, text
         assert level.lr.peak == pytest.approx(level.lr.setting), text
         assert level.optimizer_steps_per_update >= 1 and level.mini_batch <= level.mini_batch_setting, text
+    trained = {name: (level.mini_batch, level.optimizer_steps_per_update) for name, level in plan.levels.items()
+               if not level.frozen}  # fmt: skip
+    assert trained == OPTIMIZER_STEPS[script], text
     assert plan.checkpoint_steps[-1] == plan.total_steps, text
 
 

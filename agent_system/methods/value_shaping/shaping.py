@@ -141,7 +141,9 @@ def critic_loss(config: Any, model_output, data, dp_group=None, *, value_coef: f
 
 def config_errors(config: Any) -> list[str]:
     """Start-up checks of the value-shaping keys: contradictory or inert combinations, each naming its keys."""
-    mlmt = config.mlmt
+    from agent_system.trainer.config import frozen_reasons
+
+    mlmt, frozen = config.mlmt, frozen_reasons(config)
     shaping, errors = mlmt.value_shaping, []
     baseline = mlmt.ll.adv_estimator == "value_baseline"
     shaped = mlmt.reward.hl_reward == "value_shaped"
@@ -155,8 +157,8 @@ def config_errors(config: Any) -> list[str]:
                 "mlmt.ll.adv_estimator=value_baseline uses R of the refined answer (turn 3): mlmt.feedback=none has "
                 "none; set mlmt.feedback=model"
             )
-        if mlmt.ll.freeze:
-            errors.append("mlmt.ll.adv_estimator=value_baseline with mlmt.ll.freeze=true: neither solver nor V trains")
+        if frozen["ll"]:
+            errors.append(f"mlmt.ll.adv_estimator=value_baseline with {frozen['ll']}: neither solver nor V trains")
         stages = mlmt.stages
         if 1 in stages.stage_ids or any(a != 0 for a in stages.alpha):
             errors.append(
@@ -173,8 +175,8 @@ def config_errors(config: Any) -> list[str]:
             )
         if shaping.value_coef == 0:
             errors.append("mlmt.value_shaping.value_coef=0 makes mlmt.reward.hl_reward=value_shaped exactly r3")
-        if mlmt.hl.freeze:
-            errors.append("mlmt.reward.hl_reward=value_shaped with mlmt.hl.freeze=true: the shaped reward never acts")
+        if frozen["hl"] and mlmt.feedback == "model":
+            errors.append(f"mlmt.reward.hl_reward=value_shaped with {frozen['hl']}: the shaped reward never acts")
     if shaping.value_grad == "full":
         if not shaped:
             errors.append("mlmt.value_shaping.value_grad=full acts only with mlmt.reward.hl_reward=value_shaped")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from agent_system.trainer.config import compose_config
+from agent_system.trainer.config import ConfigError, compose_config, validate_config
 from agent_system.trainer.main import set_schedule_horizon
 from agent_system.trainer.plan import (
     PlanMismatch,
@@ -91,17 +91,44 @@ def test_stage_periods_with_their_coefficients():
         # recipes/reinforce_kl: 100 rows, mini-batches of "32" are 25 rows
         (["mlmt.feedback=none", "mlmt.n=1", "data.train_batch_size=100", "mlmt.ll.adv_estimator=reinforce",
           "actor_rollout_ref.actor.ppo_mini_batch_size=32"], "actor_rollout_ref.actor.ppo_mini_batch_size=32", 25, 4),
-        # 17 rows: a prime, 17 one-row optimizer steps
+        # 17 rows: a prime, 17 one-row optimizer steps (refused unless allowed: below)
         (["mlmt.feedback=none", "mlmt.n=1", "data.train_batch_size=17", "mlmt.ll.adv_estimator=reinforce",
-          "actor_rollout_ref.actor.ppo_mini_batch_size=16"], "actor_rollout_ref.actor.ppo_mini_batch_size=16", 1, 17),
+          "actor_rollout_ref.actor.ppo_mini_batch_size=16", "mlmt.allow_small_mini_batches=true"],
+         "actor_rollout_ref.actor.ppo_mini_batch_size=16", 1, 17),
     ],
 )  # fmt: skip
 def test_mini_batch_cut_to_a_divisor_is_said_at_start_up(overrides, key, size, steps):
-    _, plan = _plan(overrides)
+    config, plan = _plan(overrides)
+    validate_config(config)
     ll = plan.levels["ll"]
     assert (ll.mini_batch, ll.optimizer_steps_per_update) == (size, steps)
     (notice,) = plan.notices
     assert notice.startswith(key) and f"mini-batches of {size} rows" in notice and f"{steps} optimizer steps" in notice
+
+
+@pytest.mark.parametrize(
+    ("overrides", "named"),
+    [
+        # recipes/archer before issue 34: 128 rows on 3 ranks, padded to 129, cut into 43 mini-batches of 3 rows
+        (["mlmt.feedback=none", "mlmt.n=1", "mlmt.m=1", "data.train_batch_size=128", "mlmt.ll_gpus=3",
+          "trainer.n_gpus_per_node=3", "mlmt.ll.adv_estimator=reinforce",
+          "actor_rollout_ref.actor.ppo_mini_batch_size=128"],
+         ["129 rows", "3 data-parallel ranks", "actor_rollout_ref.actor.ppo_mini_batch_size=128",
+          "effective mini-batch is 3 rows", "43 optimizer steps"]),
+        (["mlmt.feedback=none", "mlmt.n=1", "data.train_batch_size=17", "mlmt.ll.adv_estimator=reinforce",
+          "actor_rollout_ref.actor.ppo_mini_batch_size=16"],
+         ["17 rows", "actor_rollout_ref.actor.ppo_mini_batch_size=16", "effective mini-batch is 1 rows"]),
+        # the HL's 17 × 2 × 2 = 68 rows with a mini-batch of 16: 4 rows per step (17 steps); the LL's too
+        (["data.train_batch_size=17", "hl.actor.ppo_mini_batch_size=16"], ["hl.actor.ppo_mini_batch_size=16",
+                                                                           "effective mini-batch is 4 rows"]),
+    ],
+)  # fmt: skip
+def test_mini_batch_cut_below_half_its_setting_is_refused_unless_allowed(overrides, named):
+    config = compose_config(overrides)
+    with pytest.raises(ConfigError, match="mlmt.allow_small_mini_batches=true") as error:
+        validate_config(config)
+    assert all(text in str(error.value) for text in named), str(error.value)
+    validate_config(compose_config([*overrides, "mlmt.allow_small_mini_batches=true"]))
 
 
 def test_no_notice_when_the_setting_divides_the_rows():

@@ -70,7 +70,16 @@ def test_zero_t_high_trains_only_the_ll():
 @pytest.mark.parametrize(("frozen_level", "other"), [("hl", "ll"), ("ll", "hl")])
 def test_frozen_level_never_updates_and_the_other_trains_every_step(t_high, t_low, frozen_level, other):
     plan = _run(t_high, t_low, 12, {frozen_level: True, other: False})
-    assert plan == [[other]] * 12
+    other_period = t_low if other == "ll" else t_high
+    # a level whose period is 0 has no planned update: with the other frozen, nothing trains (start-up refuses it)
+    assert plan == ([[other]] if other_period else [[]]) * 12
+
+
+@pytest.mark.parametrize(("t_high", "t_low", "idle"), [(1, 0, "ll"), (0, 1, "hl")])
+@pytest.mark.parametrize("frozen", [NONE_FROZEN, {"ll": True, "hl": False}, {"ll": False, "hl": True}])
+def test_a_level_with_a_zero_period_is_never_trained(t_high, t_low, idle, frozen):
+    # tL = 0 with mlmt.hl.freeze=true used to train the LL on every step (the one trainable level)
+    assert not any(idle in levels for levels in _run(t_high, t_low, 40, frozen))
 
 
 def test_schedule_is_periodic_over_long_runs():
