@@ -476,8 +476,6 @@ def level_memory(
     frozen: bool,
 ) -> LevelMemory:
     """The :class:`LevelMemory` of ``level`` (``ll``, ``hl``, or ``snapshot``: the LL's model, never updated)."""
-    from agent_system.trainer.policy import stays_awake
-
     tree_name = POLICY_TREES["ll" if level == "snapshot" else level]
     tree = config[tree_name]
     shape = read_shape(tree.model.path, f"{tree_name}.model.path")
@@ -539,7 +537,8 @@ def level_memory(
         budget = None if device is None else int(fraction * device)
         kv_cache = None if budget is None else max(budget - weights, 0)
     tokens = None if kv_cache is None else kv_cache // per_token
-    keep_awake = level != "snapshot" and stays_awake(config, level)
+    # a level without updates under split never sleeps (weight_sync.sleeps_for_training): its devices hold no training
+    keep_awake = level != "snapshot" and frozen and config.mlmt.placement == "split"
     return LevelMemory(
         level=level,
         tree=tree_name,
