@@ -75,8 +75,9 @@ MATH=(
 
 # SCoRe-style stages of the math scripts (docs/METHOD.md, "Stages and schedules"): stage I (turn-1 reward = −β·KL only)
 # with β 0.1 on turn 1 and 0.01 on turn 3, switching at step 200 to stage II with β 0.01 on turns 1 and 3 and the
-# progress bonus α = 10 on turn 3 (α has no effect in stage I, where the original also set it). The original's β2 0.1
-# (stage I) and β1 0.01 (stage II) are beta_turn1's two values, its β_L beta_turn3 and β_H beta_turn2 (docs/CONFIG.md).
+# progress bonus α = 10 on turns 3 and 1 (docs/METHOD.md, "The progress bonus"; α has no effect in stage I, where the
+# original also set it). The original's β2 0.1 (stage I) and β1 0.01 (stage II) are beta_turn1's two values, its β_L
+# beta_turn3 and β_H beta_turn2 (docs/CONFIG.md).
 # The original never created a reference model, so its β terms were inert (docs/METHOD.md, "Where this differs from the
 # original"); here β > 0 creates the LL's reference model and the KL terms act.
 MATH_STAGES=(

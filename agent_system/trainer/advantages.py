@@ -11,7 +11,7 @@ run on each turn's rows on their own (group-normalised for grpo; whitened per tu
 In stage I the turn-1 rows get no task advantage under any estimator (with gae the critic's values would otherwise
 give them one), only their β·KL term:
 
-    turn 1 (LL)   stage I: 0                      stage II: R1
+    turn 1 (LL)   stage I: 0                      stage II: R1 + α(R̄3 − R1)  (R̄3: the attempt's mean R3)
     turn 3 (LL)   stage I: R3                     stage II: R3 + α(R3 − R1)
     turn 2 (HL)   S2,  S2 = R3 | R3 + α(R3 − R1) (stage II only) | (1+λ)R3 − λ·R_ref   (+ optional confidence term)
 
@@ -71,15 +71,22 @@ def stage_at(stages_config, step: int) -> tuple[int, Stage]:
     )
 
 
-def turn1_task_rewards(r1: np.ndarray, stage: Stage) -> np.ndarray:
-    """Turn-1 task reward: none in stage I (the turn only gets its −β·KL), R1 in stage II."""
+def turn1_task_rewards(r1: np.ndarray, r3_mean: np.ndarray, stage: Stage) -> np.ndarray:
+    """Turn-1 task reward: none in stage I (the turn only gets its −β·KL); in stage II R1 plus the progress bonus
+    α(R̄3 − R1), ``r3_mean`` = R̄3 the mean R3 of the attempt's refinements.
+
+    As in SCoRe, whose stage-II bonus is credited to the first attempt's tokens too: the attempt is the only action
+    the −αR1 part can act on (on turn 3 R1 is part of the state, so −αR1 has zero expected gradient there;
+    docs/METHOD.md, "The progress bonus").
+    """
     if stage.stage_id == 1:
         return np.zeros_like(r1, dtype=np.float64)
-    return r1.astype(np.float64)
+    return r1 + stage.alpha * (np.asarray(r3_mean, dtype=np.float64) - r1)
 
 
 def turn3_task_rewards(r1_of_attempt: np.ndarray, r3: np.ndarray, stage: Stage) -> np.ndarray:
-    """Turn-3 task reward: R3, plus the progress bonus α(R3 − R1) in stage II."""
+    """Turn-3 task reward: R3, plus the progress bonus α(R3 − R1) in stage II (a (1 + α) scale of R3 in expectation:
+    R1 is fixed in the turn-3 state)."""
     reward = r3.astype(np.float64)
     if stage.stage_id == 2:
         reward = reward + stage.alpha * (r3 - r1_of_attempt)
@@ -346,10 +353,11 @@ def task_rewards(level: str, rows: RowKeys, scores: StepScores, stage: Stage, ml
     r1 = scores.r1[rows.problem, rows.attempt]
     # mlmt.feedback=none: no turn 3 (r3 is (B, n, 0)); every row is a turn-1 row
     r3 = scores.r3[rows.problem, rows.attempt, rows.feedback] if scores.refinements else np.zeros(len(rows))
+    r3_mean = scores.r3[rows.problem, rows.attempt].mean(axis=-1) if scores.refinements else np.zeros(len(rows))
     if selected:
         task = np.asarray(selected[0].rewards(rows, scores, stage, mlmt, inputs), dtype=np.float64)
     elif level == "ll":
-        task = np.where(rows.turn == 1, turn1_task_rewards(r1, stage), turn3_task_rewards(r1, r3, stage))
+        task = np.where(rows.turn == 1, turn1_task_rewards(r1, r3_mean, stage), turn3_task_rewards(r1, r3, stage))
     else:
         reward = mlmt.reward
         task = hl_scores(r1, r3, reward.hl_reward, stage, reward.contrastive_lambda, scores.r_ref_of(rows))

@@ -759,7 +759,7 @@ def _reject_inert(config: DictConfig) -> None:
 
     A reward term that is constant inside every group of a group-baseline estimator (grpo, rloo) cancels: GRPO's
     advantages are unchanged and RLOO's only rescaled. HL groups are the m feedbacks on one attempt, so R1 and the
-    no-feedback R_ref are constant in them; turn-3 groups by attempt hold R1 constant too.
+    no-feedback R_ref are constant in them (α still acts on the solver's turn-1 rows, grouped by problem).
     """
     mlmt, stages = config.mlmt, config.mlmt.stages
     stage_two_alpha = [a for a, s in zip(stages.alpha, stages.stage_ids, strict=True) if s == 2 and a > 0]
@@ -791,15 +791,8 @@ def _reject_inert(config: DictConfig) -> None:
                 "term cancels; use contrastive_reference=lagged_snapshot (R_ref per feedback) or a non-group "
                 "estimator"
             )
-    attempt_groups = mlmt.ll.turn3_group_by == "attempt"  # (n = 1 with a group estimator is rejected above)
     reasons = frozen_reasons(config)
     alpha_acts_on_hl = reward.hl_reward == "progress" and not reasons["hl"]
-    if stage_two_alpha and attempt_groups and mlmt.ll.adv_estimator in GROUP_ESTIMATORS and not alpha_acts_on_hl:
-        raise ConfigError(
-            f"mlmt.stages.alpha > 0 with mlmt.ll.adv_estimator={mlmt.ll.adv_estimator} and turn-3 groups of one "
-            f"attempt (mlmt.ll.turn3_group_by={mlmt.ll.turn3_group_by}): R1 is constant in the group, so α(R3 − R1) "
-            "cancels; use turn3_group_by=problem"
-        )
     if stage_two_alpha and reasons["ll"] and not alpha_acts_on_hl:
         raise ConfigError(
             f"mlmt.stages.alpha={list(stages.alpha)} with {reasons['ll']} and mlmt.reward.hl_reward="

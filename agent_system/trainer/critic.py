@@ -17,7 +17,7 @@ from omegaconf import DictConfig
 from verl import DataProto
 
 from agent_system import verl_compat as vc
-from agent_system.methods.value_shaping.shaping import HL_LOG_PROB_WEIGHT, critic_loss, step_weights
+from agent_system.methods.value_shaping.shaping import critic_loss
 from agent_system.trainer.balance import Balance
 from agent_system.trainer.policy import flatten_metrics, for_ranks, mini_batch_size, to_padding_free
 
@@ -82,9 +82,7 @@ def update_data(batch: DataProto, config: Any, world_size: int, temperature: flo
 
     ``batch`` is padded with masked rows to a multiple of ``world_size``, put in the balanced row order of
     :func:`policy.for_ranks` (as the actor's batches) and split by verl into mini-batches of
-    :func:`policy.mini_batch_size` rows (one optimizer step each, ``config.ppo_epochs`` passes). With
-    ``value_grad=full`` the rows' :data:`value_shaping.HL_LOG_PROB_WEIGHT` (log π_H(g)/N3 over the whole batch) are
-    rescaled by :func:`value_shaping.step_weights` so that every optimizer step gets the full −c·mean term.
+    :func:`policy.mini_batch_size` rows (one optimizer step each, ``config.ppo_epochs`` passes).
     """
     batch, _, balance = for_ranks(batch, world_size)
     size = mini_batch_size(len(batch), config.ppo_mini_batch_size, world_size)
@@ -97,8 +95,6 @@ def update_data(batch: DataProto, config: Any, world_size: int, temperature: flo
         seed=config.data_loader_seed,
         dataloader_kwargs={"shuffle": config.shuffle},
     )
-    if HL_LOG_PROB_WEIGHT in td.keys():
-        td[HL_LOG_PROB_WEIGHT] = step_weights(td[HL_LOG_PROB_WEIGHT], len(batch), size)
     return td, balance
 
 

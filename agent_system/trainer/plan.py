@@ -104,7 +104,7 @@ class StagePlan:
     beta_turn1: float  # mlmt.stages.beta_turn1 of the stage (the solver's attempt)
     beta_turn2: float  # beta_turn2 (the HL's feedback)
     beta_turn3: float  # beta_turn3 (the solver's refinement)
-    alpha: float  # progress bonus α(R3 − R1) on turn 3 (stage II)
+    alpha: float  # progress bonus (stage II): α(R3 − R1) on turn 3, α(R̄3 − R1) on turn 1
     turn1_task_reward: bool  # stage I: turn 1 gets only its KL term
 
 
@@ -503,7 +503,8 @@ def render_markdown(plan: RunPlan) -> str:
         period = f"steps {stage.first_step}-{stage.last_step}" if stage.reached else "NEVER REACHED"
         lines.append(
             f"- stage {stage.index} (SCoRe stage {'I' if stage.stage_id == 1 else 'II'}), {period}: turn 1 "
-            f"{'R1' if stage.turn1_task_reward else 'no task reward'} − β {stage.beta_turn1}·KL; turn 2 feedback − β "
+            f"{f'R1 + α {stage.alpha}·(R̄3 − R1)' if stage.turn1_task_reward else 'no task reward'} − β "
+            f"{stage.beta_turn1}·KL; turn 2 feedback − β "
             f"{stage.beta_turn2}·KL; turn 3 R3 + α {stage.alpha}·(R3 − R1) − β {stage.beta_turn3}·KL"
         )
     lines += [

@@ -20,9 +20,9 @@
   sure one (cue_task.py): its second attempt is right exactly when the hint carries a digit, about a quarter of
   the time, and its first attempt is wrong. SCoRe's stage rewards, from the run's trajectories: the logged solver
   reward (``ll/reward_mean``, task rewards before any KL term) equals, at step 1 (stage I), R3 on the turn-3 rows
-  and 0 on the turn-1 rows, and at step 2 (stage II) R1 on turn 1 and R3 + α(R3 − R1) on turn 3 with α = 10; the
-  run is checked to be one where α = 0 would give a different value (by more than 0.1). Moving away says nothing
-  of the direction (a negated advantage moves it too); the run's logged HL advantages have the sign of its R3
+  and 0 on the turn-1 rows, and at step 2 (stage II) R1 + α(R3 − R1) on turn 1 and R3 + α(R3 − R1) on turn 3 with
+  α = 10; the run is checked to be one where α = 0 would give a different value (by more than 0.1). Moving away says
+  nothing of the direction (a negated advantage moves it too); the run's logged HL advantages have the sign of its R3
   rewards (REINFORCE on R3 ∈ {0, 1}), and the direction of the update itself is tested on a real actor in
   tests/integration/test_rl_guided_score_direction_on_cpu.py (and the advantages in
   tests/unit/trainer/test_rl_guided_score_advantages_on_cpu.py).
@@ -178,8 +178,8 @@ def test_rl_guided_score_trains_the_guidance_model(cue_ll_sure, cue_hl, cue_data
         records = trajectories(out, s)
         r1, r3 = np.array([r["R1"] for r in records]), np.array([r["R3"] for r in records])
         assert len(records) == metrics[s]["ll/rows"] / 2, (s, len(records), metrics[s])
-        if stage_two:  # turn 1: R1; turn 3: R3 + α(R3 − R1)
-            expected = (r1.sum() + (r3 + alpha * (r3 - r1)).sum()) / (2 * len(records))
+        if stage_two:  # turn 1: R1 + α(R3 − R1) (its one refinement's R3); turn 3: R3 + α(R3 − R1)
+            expected = ((r1 + alpha * (r3 - r1)).sum() + (r3 + alpha * (r3 - r1)).sum()) / (2 * len(records))
             without_bonus = (r1.sum() + r3.sum()) / (2 * len(records))
             # a run whose stage-II bonus sums to 0 could not tell α from 0: the task makes R3 = 1 on about a quarter
             # of the rows (the feedback's digit) and R1 = 0 on nearly all, so that has odds of about 1e-3

@@ -3,7 +3,8 @@ solution likelier under the solver earns λ·clip(mean log p_LL(y*|x,z,g) − me
 
 Selected by ``mlmt.reward.confidence_lambda > 0`` (clip: ``mlmt.reward.confidence_clip``); every training row needs
 a non-empty ``extra_info.reference_solution`` (checked at start-up: :func:`check_reference_solutions`). The bonus
-itself: :func:`confidence_bonus`.
+itself: :func:`confidence_bonus`; the context without feedback: :func:`context_without_feedback`. The term is added
+to the HL rows' ``extra_reward``, whatever other method (the leak penalty) added to it before or after.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ class ConfidenceTerm(Extension):
 
     def level_inputs(self, trainer, level, step, rows, batch, inputs) -> dict[str, float]:
         if level == "hl":
-            inputs.extra_reward = confidence_terms(trainer, step.problems, step.episodes, rows)
+            terms = confidence_terms(trainer, step.problems, step.episodes, rows)
+            inputs.extra_reward = terms if inputs.extra_reward is None else inputs.extra_reward + terms
         return {}
 
 
@@ -48,11 +50,22 @@ def confidence_bonus(
     return weight * np.clip(logp_with_feedback - logp_without_feedback, -clip, clip)
 
 
+def context_without_feedback(prompts: Any, task: Any, attempt: str, tokenizer: Any, budget: int) -> Any:
+    """The turn-3 prompt with the feedback removed: the same ``refine`` template with an empty feedback, so that the
+    two contexts differ by the feedback alone (``refine_no_feedback`` is another instruction: "check your attempt").
+
+    Where the turn-3 prompt had to shorten the attempt to make room for the feedback, this one shortens it only as
+    far as its own budget needs.
+    """
+    return prompts.refine(task, attempt, "", tokenizer, budget)
+
+
 def confidence_terms(trainer: Any, problems: list[dict], episodes: list, rows) -> np.ndarray:
     """Per HL row: λ·clip(mean log p_LL(y*|x,z,g) − mean log p_LL(y*|x,z)), y* = the dataset's reference.
 
-    The prompt with feedback is the turn-3 prompt the LL already saw; the one without feedback and the tokenized
-    reference are built once per attempt and per problem. Both sets are scored in one ``compute_log_prob``.
+    The prompt with feedback is the turn-3 prompt the LL already saw; the one without feedback
+    (:func:`context_without_feedback`) and the tokenized reference are built once per attempt and per problem. Both
+    sets are scored in one ``compute_log_prob``.
     """
     from agent_system.multi_turn_rollout.batch import build_rows, padding_id
 
@@ -70,7 +83,9 @@ def confidence_terms(trainer: Any, problems: list[dict], episodes: list, rows) -
             if not references[i]:  # checked at data load; never score a placeholder token instead
                 raise ValueError(f"problem {problems[i]['prompt'][0]['content']!r}: empty reference_solution")
         if (i, j) not in no_feedback:
-            no_feedback[i, j] = prompts.refine(episode.task, attempt.attempt.text, None, tokenizer, budget).ids
+            no_feedback[i, j] = context_without_feedback(
+                prompts, episode.task, attempt.attempt.text, tokenizer, budget
+            ).ids
         targets.append(references[i])
         with_feedback.append(attempt.refinements[k].refinement.prompt_ids)
         without_feedback.append(no_feedback[i, j])

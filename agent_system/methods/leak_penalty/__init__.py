@@ -1,7 +1,7 @@
 """The HL's leak penalty (docs/LEAK.md): ``mlmt.reward.leak_penalty`` is subtracted from the reward of every feedback
 that states the answer (``StepScores.leak``, checked by ``agent_system.rewards.leak``).
 
-Selected by ``mlmt.reward.leak_penalty > 0``; adds to the HL rows' ``extra_reward`` (after the confidence term).
+Selected by ``mlmt.reward.leak_penalty > 0``; adds to the HL rows' ``extra_reward`` (with the confidence term's).
 """
 
 from __future__ import annotations

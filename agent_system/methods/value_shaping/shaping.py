@@ -15,19 +15,19 @@ returns per-response-token values whose position 0 is the value at the last prom
 
   - ``value_grad=stop``: V enters S2 as a number (plain reward shaping); the critic's loss is the MSE alone.
   - ``value_grad=full``: the HL's policy loss −(R3 + c·V)·log π_H(g) also has a gradient w.r.t. V's parameters,
-    −c·log π_H(g)·∇V. V lives in another worker group, so that term is added to the critic's loss:
-    loss_V = MSE + (−c / N3)·Σ_rows stopgrad(log π_H(g_row))·V(x, z, g_row), over the N3 turn-3 rows of the
-    critic's batch (one per feedback), log π_H(g) = the sum of the feedback's token log-probs under the HL's
-    pre-update weights. This is the gradient of the HL's REINFORCE objective averaged over its rows (the seed's
-    −mean(log π_H(g)·combined)); an HL estimator's normalisation (GRPO's group mean/std) is not differentiated.
+    −c·log π_H(g)·∇V. V lives in another worker group, so that term is added to the critic's loss, bounded:
+    loss_V = MSE + (−c)·agg(w·V(x, z, g)), with, per feedback, w = its mean token log-prob under the HL's
+    pre-update weights minus the mean of that over the step's feedbacks, and agg verl's aggregation of the MSE
+    (``critic.loss_agg_mode``), so that V(x, z, g) gets the weight the MSE gives that token.
 
-    The critic takes one optimizer step per mini-batch of ``critic.ppo_mini_batch_size`` rows, k = rows /
-    mini-batch size steps per epoch, and each step's MSE is the mean over its own mini-batch (an estimate of the
-    whole batch's). The term is estimated the same way: a step sums (−c·k / N3)·log π_H(g)·V over the turn-3 rows
-    it holds (:func:`step_weights`). That is exactly −c·mean over the step's own turn-3 rows when it holds its
-    share N3/k of them (always with one mini-batch; with the trainer's row order, whole problems per mini-batch
-    and no shuffling), and over the k steps of an epoch it averages to −c·mean over all N3 rows whatever the
-    split.
+    Why bounded so: the seed's weight, the summed log π_H(g), is always negative and grows with the feedback's
+    length, and verl's MSE weighs each of a row's response tokens, not the row: the term pushed every V(x, z, g)
+    down orders of magnitude harder than the MSE held it (issue 34: +3.0 against 2e-4 per turn-3 row), with no
+    finite optimum in practice. The per-token mean makes the weight independent of the feedback's length;
+    centring gives the term no net push on V's level (the weights sum to zero), so V stays R's estimate on average
+    and the solver's baseline R − V is not shifted; aggregating like the MSE puts both on one scale: at one token
+    their sum is minimised at V = R + c·w, within c·max|w| of the MSE's optimum. Each optimizer step normalises
+    the term over its own mini-batch exactly as the MSE (verl's global mini-batch token count), whatever the split.
 
 ``symmetric_reward`` maps R to 2R − 1 (∈ {−1, +1} for 0/1 verifiers, the seed's symmetric reward) in both uses.
 Pure functions, unit-tested without Ray; :func:`critic_loss` runs inside verl's ``TrainingWorker``.
@@ -43,7 +43,7 @@ import torch
 from agent_system import verl_compat as vc
 
 VALUE_GRADS = ("stop", "full")
-HL_LOG_PROB_WEIGHT = "hl_log_prob_weight"  # per critic row: log π_H(g)·k/N3 on turn-3 rows, 0 elsewhere (full-grad)
+HL_LOG_PROB_WEIGHT = "hl_log_prob_weight"  # per critic row: w on turn-3 rows, 0 elsewhere (full-grad)
 EXTRA_LOSS_METRIC = "critic/hl_value_grad_loss"  # the full-grad term of the critic's loss (0 with stop-grad)
 
 
@@ -87,46 +87,49 @@ def shaped_hl_scores(r3: np.ndarray, feedback_values: np.ndarray, value_coef: fl
     return episode_reward(r3, symmetric) + value_coef * np.asarray(feedback_values, dtype=np.float64)
 
 
-def full_grad_weights(turn: np.ndarray, hl_log_probs: np.ndarray) -> np.ndarray:
-    """Per critic (LL) row: log π_H(g)/N3 on turn-3 rows, 0 on turn-1 rows (the whole batch's −c·mean term; the
-    critic's update rescales them per optimizer step with :func:`step_weights`).
+def full_grad_weights(turn: np.ndarray, hl_mean_log_probs: np.ndarray) -> np.ndarray:
+    """Per critic (LL) row: w = the feedback's mean token log-prob minus its mean over the step's feedbacks on
+    turn-3 rows, 0 on turn-1 rows (module docstring).
 
     Args:
         turn: (N,) turn of each LL row; its turn-3 rows are in the order of the HL's rows (one per feedback).
-        hl_log_probs: (N3,) sum of the feedback's token log-probs, per HL row.
+        hl_mean_log_probs: (N3,) mean of the feedback's token log-probs, per HL row.
     """
     turn = np.asarray(turn)
     turn3 = turn == 3
-    if int(turn3.sum()) != len(hl_log_probs):
-        raise ValueError(f"{int(turn3.sum())} turn-3 solver rows but {len(hl_log_probs)} feedback rows")
+    if int(turn3.sum()) != len(hl_mean_log_probs):
+        raise ValueError(f"{int(turn3.sum())} turn-3 solver rows but {len(hl_mean_log_probs)} feedback rows")
+    mean_log_probs = np.asarray(hl_mean_log_probs, dtype=np.float64)
     weights = np.zeros(len(turn), dtype=np.float64)
-    weights[turn3] = np.asarray(hl_log_probs, dtype=np.float64) / max(len(hl_log_probs), 1)
+    weights[turn3] = mean_log_probs - mean_log_probs.mean()
     return weights
 
 
-def step_weights(weights: torch.Tensor, rows: int, mini_batch_size: int) -> torch.Tensor:
-    """The :func:`full_grad_weights` of a batch of ``rows`` rows, scaled by k = rows / ``mini_batch_size`` so that
-    each of the critic's k optimizer steps gets −c·mean of the term, not 1/k of it (module docstring)."""
-    if rows % mini_batch_size:
-        raise ValueError(f"{rows} critic rows do not split into mini-batches of {mini_batch_size}")
-    return weights * (rows // mini_batch_size)
-
-
-def hl_value_grad_term(prompt_values: torch.Tensor, weights: torch.Tensor, value_coef: float) -> torch.Tensor:
-    """−c·Σ_rows weight·V(prompt) over the rows of one micro-batch: with the weights of :func:`step_weights`, the
-    micro-batches of one optimizer step add up to −c·mean(log π_H(g)·V(x,z,g)) over the step's turn-3 rows."""
-    return -value_coef * (weights.detach().to(prompt_values.dtype) * prompt_values).sum()
+def hl_value_grad_term(
+    config: Any, prompt_values: torch.Tensor, weights: torch.Tensor, response_mask: torch.Tensor, data
+) -> torch.Tensor:
+    """−agg(w·V(prompt)) over the rows of one micro-batch (the term per unit c): w·V on each row's first response
+    token (the value of its last prompt token), aggregated with the value loss's own ``loss_agg_mode`` and
+    normalisers."""
+    loss_mat = torch.zeros(response_mask.shape, dtype=prompt_values.dtype, device=prompt_values.device)
+    loss_mat[:, 0] = weights.detach().to(prompt_values.dtype) * prompt_values
+    return -vc.agg_loss(
+        loss_mat=loss_mat,
+        loss_mask=response_mask,
+        loss_agg_mode=config.loss_agg_mode,
+        dp_size=data["dp_size"],
+        batch_num_tokens=data["batch_num_tokens"],
+        global_batch_size=data["global_batch_size"],
+        loss_scale_factor=config.loss_scale_factor,
+    )
 
 
 def critic_loss(config: Any, model_output, data, dp_group=None, *, value_coef: float, value_grad: str):
-    """verl's value loss (the MSE to R) plus, with ``value_grad=full``, the HL objective's term in V.
-
-    Signature of verl's ``value_loss`` (set with ``TrainingWorker.set_loss_fn``), called once per micro-batch. verl
-    splits the critic's batch into mini-batches of ``critic.ppo_mini_batch_size`` rows, one optimizer step each
-    (``critic.update_data``), and each mini-batch into micro-batches whose gradients add up and are averaged over
-    the ``dp_size`` ranks; the term is scaled by ``dp_size`` like verl's own global-batch normalisation. With the
-    rows' weights from :func:`step_weights`, each step's summed gradient is that of −c·mean over its turn-3 rows
+    """verl's value loss (the MSE to R) plus, with ``value_grad=full``, the HL objective's bounded term in V
     (module docstring).
+
+    Signature of verl's ``value_loss`` (set with ``TrainingWorker.set_loss_fn``), called once per micro-batch; the
+    term is aggregated like verl's MSE over the global mini-batch (one optimizer step), so micro-batches add up.
     """
     loss, metrics = vc.value_loss(config, model_output, data, dp_group)
     if value_grad == "stop":
@@ -134,7 +137,8 @@ def critic_loss(config: Any, model_output, data, dp_group=None, *, value_coef: f
         return loss, metrics
     vpreds = vc.no_padding_2_padding(model_output["values"], data)  # (b, R)
     weights = data[HL_LOG_PROB_WEIGHT].to(vpreds.device)
-    term = hl_value_grad_term(vpreds[:, 0], weights, value_coef) * data["dp_size"]
+    response_mask = data.select("response_mask").to_padded_tensor()["response_mask"].to(vpreds.device).bool()
+    term = value_coef * hl_value_grad_term(config, vpreds[:, 0], weights, response_mask, data)
     metrics[EXTRA_LOSS_METRIC] = vc.Metric(aggregation="sum", value=float(term.detach()))  # micro-batches add up
     return loss + term, metrics
 
@@ -180,6 +184,13 @@ def config_errors(config: Any) -> list[str]:
     if shaping.value_grad == "full":
         if not shaped:
             errors.append("mlmt.value_shaping.value_grad=full acts only with mlmt.reward.hl_reward=value_shaped")
+        feedbacks = config.data.train_batch_size * mlmt.n * mlmt.m
+        if feedbacks < 2:
+            errors.append(
+                f"mlmt.value_shaping.value_grad=full with one feedback per step (data.train_batch_size="
+                f"{config.data.train_batch_size}, mlmt.n={mlmt.n}, mlmt.m={mlmt.m}): the term's weights are centred "
+                "over the step's feedbacks, so one feedback gets 0; use more problems, attempts or feedbacks"
+            )
         if mlmt.schedule.tH != 1 or mlmt.schedule.tL != 1:
             errors.append(
                 "mlmt.value_shaping.value_grad=full adds the HL objective's term to the critic's update, which runs "
@@ -195,8 +206,9 @@ def config_errors(config: Any) -> list[str]:
 
 def critic_weights(ll_batch: Any, hl_batch: Any) -> torch.Tensor:
     """(N,) :data:`HL_LOG_PROB_WEIGHT` of the solver's rows from the HL batch's pre-update feedback log-probs."""
-    hl_log_probs = (hl_batch.batch["old_log_probs"] * hl_batch.batch["response_mask"].float()).sum(-1)
-    weights = full_grad_weights(np.asarray(ll_batch.non_tensor_batch["turn"]), hl_log_probs.numpy())
+    mask = hl_batch.batch["response_mask"].float()
+    mean_log_probs = (hl_batch.batch["old_log_probs"] * mask).sum(-1) / mask.sum(-1).clamp(min=1)
+    weights = full_grad_weights(np.asarray(ll_batch.non_tensor_batch["turn"]), mean_log_probs.numpy())
     return torch.as_tensor(weights, dtype=torch.float32)
 
 

@@ -25,9 +25,10 @@ def _advantages(*args, **kwargs) -> torch.Tensor:
     return adv.compute_advantages(*args, **kwargs)[0]
 
 
-def test_turn1_task_reward_is_zero_in_stage_one_and_r1_in_stage_two():
-    np.testing.assert_allclose(adv.turn1_task_rewards(R1, STAGE_I), [0.0, 0.0, 0.0, 0.0])
-    np.testing.assert_allclose(adv.turn1_task_rewards(R1, STAGE_II), R1)
+def test_turn1_task_reward_is_zero_in_stage_one_and_r1_plus_the_progress_bonus_in_stage_two():
+    np.testing.assert_allclose(adv.turn1_task_rewards(R1, R3, STAGE_I), [0.0, 0.0, 0.0, 0.0])
+    # R1 + α(R̄3 − R1), α = 0.5 (test_progress_bonus_on_cpu.py: the gradient it gives)
+    np.testing.assert_allclose(adv.turn1_task_rewards(R1, R3, STAGE_II), [0.5, 1.0, 0.0, 0.5])
 
 
 def test_turn3_task_reward_is_r3_in_stage_one():

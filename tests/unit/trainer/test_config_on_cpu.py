@@ -167,11 +167,6 @@ STAGE_TWO_ALPHA = {"mlmt.stages.alpha": [1.0]}
             ["mlmt.reward.contrastive_reference", "mlmt.hl.adv_estimator"],
         ),
         ({"mlmt.reward.hl_reward": "contrastive", "mlmt.reward.contrastive_lambda": 0.0}, ["contrastive_lambda"]),
-        # the LL α bonus with turn-3 groups of one attempt
-        (
-            {"mlmt.ll.turn3_group_by": "attempt"} | STAGE_TWO_ALPHA,
-            ["mlmt.stages.alpha", "mlmt.ll.turn3_group_by", "mlmt.ll.adv_estimator"],
-        ),
         # α in a stage-I stage
         ({"mlmt.stages.stage_ids": [1]} | STAGE_TWO_ALPHA, ["mlmt.stages.alpha", "mlmt.stages.stage_ids"]),
         # KL coefficients of a frozen level
@@ -196,7 +191,9 @@ def test_validate_rejects_inert_combinations_naming_the_keys(cfg, changes, keys)
         | {"mlmt.hl.adv_estimator": "reinforce_plus_plus"},  # batch-wide normalisation: R_ref differs across groups
         {"mlmt.reward.hl_reward": "progress", "mlmt.hl.adv_estimator": "reinforce"} | STAGE_TWO_ALPHA,
         {"mlmt.ll.turn3_group_by": "problem"} | STAGE_TWO_ALPHA,
-        # α acts on the HL (progress, non-group estimator) even though it cancels on turn 3
+        # turn-3 groups of one attempt cancel α there, but it acts on the turn-1 rows (grouped by problem)
+        {"mlmt.ll.turn3_group_by": "attempt"} | STAGE_TWO_ALPHA,
+        # α acts on the HL (progress, non-group estimator) too
         {"mlmt.ll.turn3_group_by": "attempt", "mlmt.reward.hl_reward": "progress"}
         | {"mlmt.hl.adv_estimator": "reinforce"}
         | STAGE_TWO_ALPHA,

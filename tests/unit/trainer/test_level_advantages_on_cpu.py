@@ -82,9 +82,10 @@ HL_KL = [0.5, 0.2, 1.5, 0.1]
 # ---------------------------------------------------------------- β acts in proportion to β
 
 
-# LL_ROWS' task rewards under SCORES, by hand: turn 1 gets 0 (stage I) or R1 = [0, 1]; turn 3 gets R3 = [1, 0, 1, 1]
-# plus, in stage II, α(R3 − R1) with α = 0.5 (attempt 0 has R1 = 0, attempt 1 has R1 = 1)
-TASK_REWARDS = {1: [0.0, 0.0, 1.0, 0.0, 1.0, 1.0], 2: [0.0, 1.0, 1.5, 0.0, 1.0, 1.0]}
+# LL_ROWS' task rewards under SCORES, by hand: turn 1 gets 0 (stage I) or R1 = [0, 1] plus α(R̄3 − R1) (the mean R3
+# of the attempt's refinements: [0.5, 1]); turn 3 gets R3 = [1, 0, 1, 1] plus, in stage II, α(R3 − R1); α = 0.5
+# (attempt 0 has R1 = 0, attempt 1 has R1 = 1)
+TASK_REWARDS = {1: [0.0, 0.0, 1.0, 0.0, 1.0, 1.0], 2: [0.25, 1.0, 1.5, 0.0, 1.0, 1.0]}
 LL_GROUPS = [[0, 1], [2, 3, 4, 5]]  # the turn-1 rows and the turn-3 rows of the one problem
 ESTIMATORS = ["grpo", "rloo", "reinforce", "reinforce_plus_plus", "gae"]  # config.ESTIMATORS with a task reward
 
@@ -156,13 +157,14 @@ def test_stage_one_turn1_rows_get_only_their_kl_term(estimator, kl_in):
 
 @pytest.mark.parametrize("estimator", ESTIMATORS)
 def test_stage_two_turn1_advantages_do_not_depend_on_the_turn3_rewards(estimator):
-    # issue 16, item 3: with batch whitening the spread of the α = 10 turn-3 rewards scaled the turn-1 advantages
+    # issue 16, item 3: with batch whitening the spread of the turn-3 rewards scaled the turn-1 advantages (α = 0
+    # here: α > 0 credits R̄3 to turn 1 on purpose, test_progress_bonus_on_cpu.py)
     mask = _mask(LL_ROWS)
     values = _values(mask)
     turn1 = []
-    for alpha, r3 in ((0.0, [[1.0, 0.0], [1.0, 1.0]]), (10.0, [[1.0, 1.0], [0.0, 0.0]])):
+    for r3 in ([[1.0, 0.0], [1.0, 1.0]], [[1.0, 1.0], [0.0, 0.0]]):
         scores = StepScores(r1=np.array([[0.0, 1.0]]), r3=np.array([r3]))
-        stage, mlmt = _stage(2, alpha=alpha), _mlmt(ll=estimator)
+        stage, mlmt = _stage(2), _mlmt(ll=estimator)
         result = _advantages("ll", LL_ROWS, scores, np.zeros(6), stage, mlmt, mask, values)
         turn1.append(result.advantages[:2])
     torch.testing.assert_close(turn1[0] * mask[:2], turn1[1] * mask[:2])
@@ -267,14 +269,14 @@ def test_contrastive_with_a_per_feedback_reference_differs_from_r3():
     assert np.abs(got - r3_adv).max() > 0.1
 
 
-def test_ll_alpha_cancels_with_turn3_grouped_by_attempt():
-    """With turn-3 groups = the m refinements of one attempt, R1 is constant in the group: α changes nothing.
-
-    config.validate_config rejects α > 0 with that grouping and a group estimator.
-    """
+def test_ll_alpha_cancels_on_turn3_grouped_by_attempt_and_acts_on_turn1():
+    """With turn-3 groups = the m refinements of one attempt, R1 is constant in the group: α changes no turn-3
+    advantage; it acts on the turn-1 rows (grouped by problem), which get R1 + α(R̄3 − R1)."""
     scores = StepScores(r1=np.array([[0.0, 1.0]]), r3=np.array([[[1.0, 0.0], [1.0, 0.0]]]))
     plain, _, _ = _run("ll", scores, [0] * 6, _stage(2, alpha=0.0), _mlmt(group_by="attempt"))
     shaped, _, _ = _run("ll", scores, [0] * 6, _stage(2, alpha=2.0), _mlmt(group_by="attempt"))
-    np.testing.assert_allclose(shaped, plain, atol=1e-5)
+    np.testing.assert_allclose(shaped[2:], plain[2:], atol=1e-5)
+    # turn 1: R1 = [0, 1] → [0 + 2·0.5, 1 + 2·(0.5 − 1)] = [1, 0]: the GRPO sign of the two attempts flips
+    assert plain[0] < 0 < plain[1] and shaped[1] < 0 < shaped[0], (plain, shaped)
     by_problem, _, _ = _run("ll", scores, [0] * 6, _stage(2, alpha=2.0), _mlmt(group_by="problem"))
     assert np.abs(by_problem[2:] - plain[2:]).max() > 0.1  # grouped by problem, α acts
