@@ -286,8 +286,11 @@ def test_the_trainers_save_prunes_to_trainer_max_actor_ckpt_to_keep(tmp_path):
 
     trainer = object.__new__(MLMTTrainer)
     trainer.ckpt_dir, trainer.history, trainer.extensions = tmp_path, [], []
-    trainer.config = OmegaConf.create({"trainer": {"max_actor_ckpt_to_keep": 2, "max_critic_ckpt_to_keep": None}})
-    trainer.mlmt = OmegaConf.create({"ll": {"freeze": False}, "hl": {"freeze": False}})
+    mlmt = {"feedback": "model", "schedule": {"tH": 1, "tL": 1}, "ll": {"freeze": False}, "hl": {"freeze": False}}
+    trainer.config = OmegaConf.create(
+        {"trainer": {"max_actor_ckpt_to_keep": 2, "max_critic_ckpt_to_keep": None}, "mlmt": mlmt}
+    )
+    trainer.mlmt = trainer.config.mlmt
     trainer.groups = {"ll": _SavingGroup(), "hl": _SavingGroup()}
     trainer.critics, trainer.snapshot = {"hl": _SavingGroup()}, _Snapshot()
     trainer.sampler = ProblemSampler(_frame(), 3, seed=0)
