@@ -5,8 +5,10 @@
 #   bash scripts/run_tests.sh [pytest args ...]          # every tier: unit, integration, e2e, gpu
 #   MLMT_TEST_TIERS="unit e2e" bash scripts/run_tests.sh  # some tiers (the folders under tests/)
 #
-# The pytest args go to every tier's run. Each tier runs even when an earlier one failed; the exit status is 1 when
-# any tier failed. A bare `pytest` runs the unit tier alone (pyproject.toml's testpaths).
+# First ruff (check and format --check, the version pinned in requirements/constraints-cpu.txt; .pre-commit-config.yaml
+# runs the same before a commit). The pytest args go to every tier's run. Each tier runs even when ruff or an earlier
+# tier failed; the exit status is 1 when any failed. A bare `pytest` runs the fast unit tier alone (pyproject.toml's
+# testpaths, without the tests marked `external` or `slow`); naming the tier, as here, runs all of it.
 #
 # Every tier runs on two pytest-xdist workers (MLMT_TEST_WORKERS sets every tier's count; 1 runs one test at a time).
 # Tests are independent (each has its own Ray cluster, ports and folders), and one e2e run leaves a core idle 35-50 %
@@ -26,6 +28,10 @@ export RAY_AUTH_MODE="${RAY_AUTH_MODE:-disabled}"
 tiers="${MLMT_TEST_TIERS:-unit integration e2e gpu}"
 summary=()
 failed=0
+echo "=== ruff: check and format --check"
+lint=passed
+.venv/bin/ruff check . && .venv/bin/ruff format --check . || { lint=FAILED; failed=1; }
+summary+=("$(printf '%-12s %9s  %s' ruff "" "$lint")")
 for tier in $tiers; do
   if [ ! -d "tests/$tier" ]; then
     echo "run_tests.sh: no tier tests/$tier (MLMT_TEST_TIERS=\"$tiers\"; tiers are the folders under tests/)" >&2

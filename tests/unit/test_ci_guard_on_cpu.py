@@ -10,7 +10,10 @@ import time
 from pathlib import Path
 
 import psutil
+import pytest
 from _ci_guard import ProcessTracker, _terminate
+
+pytestmark = pytest.mark.external  # starts processes and a pytest run for the guard to find
 
 # a driver that starts a child, waits for a line on stdin, starts two more children (one named after a Ray session
 # of this driver, one after the pytest basetemp) and exits at once: all three become orphans

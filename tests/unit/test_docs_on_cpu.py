@@ -62,6 +62,7 @@ def _headings(page: Path) -> list[str]:
     return lines
 
 
+@pytest.mark.external
 def test_no_tracked_file_cites_the_team_notes():
     hits = []
     for name in _tracked_text_files():
@@ -71,6 +72,7 @@ def test_no_tracked_file_cites_the_team_notes():
     assert not hits, "files outside the repository are cited (cite docs/ instead):\n" + "\n".join(hits)
 
 
+@pytest.mark.external
 def test_every_cited_doc_and_section_exists():
     missing = []
     for name in _tracked_text_files():
@@ -90,6 +92,7 @@ def test_every_cited_doc_and_section_exists():
     assert not missing, "\n".join(missing)
 
 
+@pytest.mark.external
 def test_markdown_links_resolve():
     broken = []
     for name in _tracked_text_files():

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.external  # starts python -m verl.trainer.main_mlmt and python -c
+
 REPO = Path(__file__).resolve().parents[2]
 
 

@@ -24,6 +24,8 @@ from agent_system.trainer.main import check_stages_reached, set_schedule_horizon
 from agent_system.trainer.memory_estimate import refuse_overcommit
 from agent_system.trainer.plan import build_plan, render_markdown
 
+pytestmark = pytest.mark.external  # runs the bash experiment scripts
+
 REPO = Path(__file__).resolve().parents[2]
 SCRIPTS = sorted(
     str(path.relative_to(REPO / "mlmt-configs"))

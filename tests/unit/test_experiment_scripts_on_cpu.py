@@ -16,8 +16,11 @@ from pathlib import Path
 
 import pytest
 import yaml
+from shared_data import shared_data
 
 from agent_system.trainer.config import compose_config, validate_config
+
+pytestmark = pytest.mark.external  # runs the bash experiment scripts
 
 REPO = Path(__file__).resolve().parents[2]
 LLAMA = "meta-llama/Llama-3.2-1B-Instruct"
@@ -414,12 +417,11 @@ def test_reinforce_kl_script_composes_the_seed_settings(tmp_path):
 
 @pytest.fixture(scope="module")
 def prepared_data(tmp_path_factory) -> Path:
-    """The default data files (agent_system.data.prepare on ../shared/data; MLMT_SHARED_DATA overrides), ~12 s."""
+    """The default data files (agent_system.data.prepare on ../shared/data, tests/shared_data.py), ~12 s."""
     from agent_system.data.prepare import prepare_all
 
-    shared = os.environ.get("MLMT_SHARED_DATA", str(REPO.parent / "shared" / "data"))
     out = tmp_path_factory.mktemp("data")
-    prepare_all(shared, str(out))
+    prepare_all(str(shared_data()), str(out))
     return out
 
 

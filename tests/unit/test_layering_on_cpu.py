@@ -182,6 +182,7 @@ def test_no_import_circle():
     )
 
 
+@pytest.mark.external
 @pytest.mark.parametrize("module", ["agent_system.rewards", "agent_system.multi_turn_rollout.episode"])
 def test_importing_a_lower_layer_loads_no_trainer_code(module):
     layers = ("agent_system.trainer", "agent_system.cpu_backend")

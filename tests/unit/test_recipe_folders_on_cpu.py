@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.external  # runs the recipes' bash scripts
+
 REPO = Path(__file__).resolve().parents[2]
 RECIPES = sorted(path.name for path in (REPO / "recipes").iterdir() if path.is_dir())
 SEED_SCRIPTS = {

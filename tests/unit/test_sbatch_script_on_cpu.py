@@ -22,6 +22,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+pytestmark = pytest.mark.external  # runs the sbatch script with stub srun and ray processes
+
 REPO = Path(__file__).resolve().parents[1].parent
 SCRIPT = REPO / "mlmt-configs" / "submit_mlmt.sbatch"
 

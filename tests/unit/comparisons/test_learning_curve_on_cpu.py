@@ -103,6 +103,7 @@ def test_cli_writes_the_table_json_and_plot(tmp_path):
     assert (tmp_path / "out" / "learning_curve.png").read_bytes()[:4] == b"\x89PNG"
 
 
+@pytest.mark.external
 def test_the_recipe_runs_both_with_the_same_settings_and_refuses_other_settings_in_the_same_out(tmp_path):
     """recipes/learning_demo/run_learning_demo.sh with a stub interpreter that records its argv (nothing trains)."""
     stub, record = tmp_path / "python-stub", tmp_path / "argv"

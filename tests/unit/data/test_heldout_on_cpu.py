@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from shared_data import shared_data
 
 from agent_system.data import eval_sets
 from agent_system.data.heldout import (
@@ -28,8 +29,9 @@ from agent_system.data.heldout import (
 )
 from agent_system.data.prepare import eval_sets_json
 
+pytestmark = pytest.mark.external  # runs prepare_all.sh on ../shared/data
+
 REPO = Path(__file__).resolve().parents[3]
-SHARED = os.environ.get("MLMT_SHARED_DATA", str(Path(__file__).resolve().parents[4] / "shared" / "data"))
 
 # every training script under mlmt-configs/ and recipes/ (custom_yaml writes its own data) -> its evaluation file
 SCRIPTS = {
@@ -49,7 +51,7 @@ SCRIPTS = {
 def prepared(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("prepared") / "data"
     result = subprocess.run(
-        ["bash", str(REPO / "examples/data_preprocess/prepare_all.sh"), SHARED, str(out)],
+        ["bash", str(REPO / "examples/data_preprocess/prepare_all.sh"), str(shared_data()), str(out)],
         env={**os.environ, "PYTHON": sys.executable},
         cwd=REPO,
         capture_output=True,
@@ -150,6 +152,6 @@ def test_preflight_refuses_test_split_training_rows_before_ray(prepared, tmp_pat
 
 
 def test_the_embedded_evaluation_sets_are_the_data():
-    assert eval_sets.EVAL_SETS_FILE.read_text() == eval_sets_json(SHARED)
+    assert eval_sets.EVAL_SETS_FILE.read_text() == eval_sets_json(str(shared_data()))
     assert (len(eval_sets.MATH500_UNIQUE_IDS), len(eval_sets.MATH500_TEXT)) == (500, 500)
     assert len(eval_sets.GSM8K_TEST_TEXT) == 1319 and len(eval_sets.MBPP_TEST_TEXT) == 499  # two tasks share a text

@@ -10,11 +10,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from shared_data import shared_data
 
 from agent_system.data import prepare, preprocess
 
 REPO = Path(__file__).resolve().parents[3]
-SHARED = os.environ.get("MLMT_SHARED_DATA", str(Path(__file__).resolve().parents[4] / "shared" / "data"))
 
 
 def _run(command: list[str], cwd: Path, **env) -> subprocess.CompletedProcess:
@@ -22,6 +22,7 @@ def _run(command: list[str], cwd: Path, **env) -> subprocess.CompletedProcess:
     return subprocess.run(command, cwd=cwd, env=environment, capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.external
 def test_eval_script_without_data_names_the_preprocessor_and_data(tmp_path):
     """The script's own CPU example on a fresh clone: it printed only ``error: data/math500/test.parquet``."""
     script = str(REPO / "mlmt-configs" / "math" / "eval_math500.sh")
@@ -45,6 +46,7 @@ def test_preprocess_missing_input_names_the_hub_and_the_expected_files(tmp_path,
     assert "holds none of mbpp.jsonl / mbpp.parquet" in capsys.readouterr().err
 
 
+@pytest.mark.external
 def test_preprocess_offline_hub_names_input(tmp_path):
     """The real hub client with the hub unreachable (offline mode): no ConnectionError traceback, --input named."""
     command = [sys.executable, "-m", "agent_system.data.preprocess", "--dataset", "math500", "--output", "o.parquet"]
@@ -54,6 +56,7 @@ def test_preprocess_offline_hub_names_input(tmp_path):
     assert "pass the file or folder with --input" in done.stderr
 
 
+@pytest.mark.external
 def test_prepare_names_the_missing_local_files_and_the_hub_route(tmp_path, capsys):
     with pytest.raises(SystemExit) as exited:
         prepare.main(["--data", str(tmp_path / "shared"), "--out", str(tmp_path / "data")])
@@ -62,7 +65,7 @@ def test_prepare_names_the_missing_local_files_and_the_hub_route(tmp_path, capsy
     assert f"preprocess --dataset math500 --output {tmp_path / 'data'}/math500/test.parquet" in error
     partial = tmp_path / "partial"
     (partial / "math500").mkdir(parents=True)
-    (partial / "math500" / "test.jsonl").write_text(Path(SHARED, "math500", "test.jsonl").read_text())
+    (partial / "math500" / "test.jsonl").write_text(shared_data("math500", "test.jsonl").read_text())
     with pytest.raises(SystemExit):
         prepare.main(["--data", str(partial), "--out", str(tmp_path / "data")])
     error = capsys.readouterr().err
@@ -85,16 +88,18 @@ def test_trainer_missing_data_file_says_how_to_make_it(tmp_path):
         _read_frame(str(tmp_path / "data" / "gsm8k" / "train.parquet"))
 
 
+@pytest.mark.external
 def test_eval_wrong_model_path_is_refused_before_the_out_folder_records_it(tmp_path):
     """Else the corrected rerun was refused: ``eval/run holds results of other settings (ll: ...)``."""
     data = tmp_path / "data" / "math500" / "test.parquet"
-    preprocess.preprocess("math500", str(data), f"{SHARED}/math500", limit=2)
+    preprocess.preprocess("math500", str(data), str(shared_data("math500")), limit=2)
     script = str(REPO / "mlmt-configs" / "math" / "eval_math500.sh")
     done = _run(["bash", script, "RUN/export/global_step_N/ll", "smollm2", "--out", "eval/run"], tmp_path)
     assert done.returncode == 2 and "--ll=RUN/export/global_step_N/ll: no such folder" in done.stderr
     assert "--ll=smollm2" in done.stderr and not (tmp_path / "eval").exists()
 
 
+@pytest.mark.external
 def test_export_without_a_checkpoint_names_the_run_folder_to_give(tmp_path):
     command = [sys.executable, "-m", "agent_system.trainer.export", "--run-dir", "outputs/mlmt_rl/default"]
     done = _run(command, tmp_path)

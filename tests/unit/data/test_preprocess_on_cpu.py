@@ -2,18 +2,14 @@
 
 import json
 import os
-from pathlib import Path
 
 import pandas as pd
 import pytest
+from shared_data import shared_data
 
 from agent_system.data.preprocess import main, preprocess
 from agent_system.data.schema import DataFormatError, validate_row
 from agent_system.rewards import compute_score
-
-# The benchmark data lives beside the repository (../shared/data); MLMT_SHARED_DATA overrides. Missing data
-# is a failure, not a skip.
-SHARED = os.environ.get("MLMT_SHARED_DATA", str(Path(__file__).resolve().parents[4] / "shared" / "data"))
 
 
 def _read(path):
@@ -25,6 +21,7 @@ def _read(path):
     return frame
 
 
+@pytest.mark.external
 @pytest.mark.parametrize(
     ("dataset", "input_rel", "split", "source", "ability", "expected_split"),
     [
@@ -38,7 +35,7 @@ def _read(path):
 )
 def test_shared_data_to_valid_parquet(tmp_path, dataset, input_rel, split, source, ability, expected_split):
     out = tmp_path / f"{dataset}.parquet"
-    path, count, bad = preprocess(dataset, str(out), os.path.join(SHARED, input_rel), split=split, limit=40)
+    path, count, bad = preprocess(dataset, str(out), str(shared_data(input_rel)), split=split, limit=40)
     assert count == 40 and bad == [] and path == str(out)
     frame = _read(out)
     assert set(frame.data_source) == {source} and set(frame.ability) == {ability}
@@ -61,9 +58,10 @@ def test_shared_data_to_valid_parquet(tmp_path, dataset, input_rel, split, sourc
             assert compute_score(row.data_source, reference, gold)["acc"]
 
 
+@pytest.mark.external
 def test_full_math500_and_gsm8k_test_counts(tmp_path):
-    assert preprocess("math500", str(tmp_path / "a.parquet"), os.path.join(SHARED, "math500"))[1] == 500
-    assert preprocess("gsm8k", str(tmp_path / "b.parquet"), os.path.join(SHARED, "gsm8k"), split="test")[1] == 1319
+    assert preprocess("math500", str(tmp_path / "a.parquet"), str(shared_data("math500")))[1] == 500
+    assert preprocess("gsm8k", str(tmp_path / "b.parquet"), str(shared_data("gsm8k")), split="test")[1] == 1319
     gold = pd.read_parquet(tmp_path / "a.parquet").reward_model.iloc[0]["ground_truth"]
     assert gold == "\\left( 3, \\frac{\\pi}{2} \\right)"
 
@@ -103,13 +101,14 @@ def test_bad_mbpp_and_math_rows(tmp_path):
         preprocess("math", str(tmp_path / "o.parquet"), str(math), skip_bad_rows=True)
 
 
+@pytest.mark.external
 def test_parquet_input_and_cli(tmp_path, caplog):
     first = tmp_path / "first.parquet"
-    main(["--dataset", "mbpp", "--input", f"{SHARED}/mbpp", "--split", "validation", "--output", str(first)])
+    main(["--dataset", "mbpp", "--input", str(shared_data("mbpp")), "--split", "validation", "--output", str(first)])
     assert len(_read(first)) == 90
     raw = tmp_path / "raw" / "sanitized-mbpp.parquet"
     raw.parent.mkdir()
-    pd.read_json(os.path.join(SHARED, "mbpp", "sanitized-mbpp.jsonl"), lines=True).head(30).to_parquet(raw)
+    pd.read_json(shared_data("mbpp", "sanitized-mbpp.jsonl"), lines=True).head(30).to_parquet(raw)
     path, count, _ = preprocess("mbpp_sanitized", str(tmp_path / "s.parquet"), str(raw.parent))
     assert count == 30 and _read(path).extra_info.iloc[0]["variant"] == "sanitized"
     with pytest.raises(FileNotFoundError):

@@ -94,6 +94,7 @@ def test_loading_never_runs_the_functions(tmp_path):
     assert not marker.exists()
 
 
+@pytest.mark.external
 @pytest.mark.parametrize("name", ["best_lang", "arith_words"])
 def test_preprocess_cli_on_the_shipped_examples(tmp_path, name):
     out = tmp_path / f"{name}.parquet"
@@ -110,6 +111,7 @@ def test_preprocess_cli_on_the_shipped_examples(tmp_path, name):
         assert row["extra_info"]["score_fn"] == task.sources["score_fn"]
 
 
+@pytest.mark.external
 def test_preprocess_cli_reports_a_bad_file(tmp_path):
     bad = _write(tmp_path, "items:\n  - {prompt: a}\n" + SCORE)
     command = [sys.executable, "-m", "agent_system.data.preprocess", "--dataset", "yaml", "--input", bad]

@@ -7,26 +7,22 @@ template around the problem text that ``preprocess --few-shot`` bakes into the p
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import pandas as pd
 import pytest
+from shared_data import shared_data
 
 from agent_system.data.preprocess import preprocess
 from agent_system.envs.gsm8k import GSM8KEnv, load_gsm8k, pick_shots
 from agent_system.prompts.templates import PromptBuilder, Task
 
-# The benchmark data lives beside the repository (../shared/data); MLMT_SHARED_DATA overrides. Missing data fails.
-SHARED = Path(os.environ.get("MLMT_SHARED_DATA", Path(__file__).resolve().parents[3].parent / "shared" / "data"))
-GSM8K = SHARED / "gsm8k"
-
 
 @pytest.fixture(scope="module")
 def data():
-    return load_gsm8k(GSM8K / "test.jsonl")[:20], load_gsm8k(GSM8K / "train.jsonl")
+    gsm8k = shared_data("gsm8k")
+    return load_gsm8k(gsm8k / "test.jsonl")[:20], load_gsm8k(gsm8k / "train.jsonl")
 
 
+@pytest.mark.external
 def test_reset_gives_k_examples_and_not_the_items_answer(data):
     items, pool = data
     env = GSM8KEnv(items, pool, k=5, seed=3)
@@ -43,6 +39,7 @@ def test_reset_gives_k_examples_and_not_the_items_answer(data):
     assert GSM8KEnv(items, pool, k=5, seed=4).reset(2) != env.reset(2)
 
 
+@pytest.mark.external
 def test_shots_never_include_the_item_itself(data):
     _, pool = data
     for index in range(30):  # a train item as the question: its own record is in the pool
@@ -52,6 +49,7 @@ def test_shots_never_include_the_item_itself(data):
         pick_shots(pool[:2], 2, 0, 0, pool[0]["question"])
 
 
+@pytest.mark.external
 def test_right_answer_rewarded_and_done_wrong_answer_zero(data):
     items, pool = data
     env = GSM8KEnv(items, pool, k=2)
@@ -69,6 +67,7 @@ def test_right_answer_rewarded_and_done_wrong_answer_zero(data):
     assert (reward, done) == (0.0, True)
 
 
+@pytest.mark.external
 def test_stepwise_episode_ends_on_an_answer_or_after_max_steps(data):
     items, pool = data
     env = GSM8KEnv(items, pool, k=1, max_steps=3)
@@ -83,12 +82,13 @@ def test_stepwise_episode_ends_on_an_answer_or_after_max_steps(data):
     assert [r[2] for r in results] == [False, False, True] and results[-1][1] == 0.0
 
 
+@pytest.mark.external
 def test_env_prompt_is_the_trainers_solve_prompt(data, tmp_path):
     """The parquet row of ``preprocess --few-shot`` (what the trainer reads) renders to the env's observation."""
     items, pool = data
-    path = tmp_path / "test.parquet"
+    path, gsm8k = tmp_path / "test.parquet", shared_data("gsm8k")
     preprocess(
-        "gsm8k", str(path), str(GSM8K / "test.jsonl"), limit=4, few_shot=5, few_shot_pool=str(GSM8K / "train.jsonl")
+        "gsm8k", str(path), str(gsm8k / "test.jsonl"), limit=4, few_shot=5, few_shot_pool=str(gsm8k / "train.jsonl")
     )
     rows = pd.read_parquet(path).to_dict(orient="records")
     env = GSM8KEnv(items, pool, k=5, seed=0)
@@ -101,5 +101,7 @@ def test_env_prompt_is_the_trainers_solve_prompt(data, tmp_path):
 
 
 def test_few_shot_is_only_for_gsm8k(tmp_path):
+    rows = tmp_path / "test.jsonl"
+    rows.write_text('{"question": "What is 1 + 2?", "answer": "1 + 2 = 3\\n#### 3"}\n')
     with pytest.raises(ValueError, match="--few-shot"):
-        preprocess("gsm8k", str(tmp_path / "x.parquet"), str(GSM8K / "test.jsonl"), limit=2, few_shot=2)
+        preprocess("gsm8k", str(tmp_path / "x.parquet"), str(rows), limit=2, few_shot=2)

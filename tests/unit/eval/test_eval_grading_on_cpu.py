@@ -16,6 +16,8 @@ from agent_system.multi_turn_rollout.episode import Turn
 from agent_system.rewards import RewardPool
 from agent_system.rewards.judge import JudgeConfig
 
+pytestmark = pytest.mark.external  # reward pools (worker processes)
+
 # a response math-verify cannot finish verifying (until its own alarm, >= 1 s): hostile input to the lenient grader
 SLOW_TO_VERIFY = "so the answer is $9^{9^{9^{9}}}$"
 

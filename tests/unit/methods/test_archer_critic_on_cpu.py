@@ -73,6 +73,7 @@ def _same(a: list[torch.Tensor], b: list[torch.Tensor]) -> bool:
     return all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
 
 
+@pytest.mark.slow(seconds=20)
 def test_td_loss_falls_and_q_learns_the_rewards(tiny_model):
     """60 updates, the target refreshed every 10: the loss is measured right after a refresh at both ends (target =
     online), so it is the network's own Bellman residual. Measured: 0.47 at the start, 0.055 at the end."""

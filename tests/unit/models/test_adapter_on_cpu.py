@@ -7,16 +7,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 from pathlib import Path
 
 import pytest
 import torch
+from shared_data import shared_data
 
 from agent_system.models.adapter import AdapterError, is_adapter_folder, merged_model_folder, recorded_base
 from agent_system.models.tiny import build_tiny_model
-
-SHARED = Path(os.environ.get("MLMT_SHARED_DATA", Path(__file__).resolve().parents[4] / "shared" / "data"))
 
 
 def _adapter(base: str, out: Path, seed: int, record_base: bool = True) -> str:
@@ -101,10 +99,11 @@ def math500(tmp_path_factory) -> Path:
     from agent_system.data.preprocess import preprocess
 
     path = tmp_path_factory.mktemp("data") / "test.parquet"
-    preprocess("math500", str(path), input_path=str(SHARED / "math500" / "test.jsonl"), limit=2)
+    preprocess("math500", str(path), input_path=str(shared_data("math500", "test.jsonl")), limit=2)
     return path
 
 
+@pytest.mark.external
 def test_the_evaluator_runs_an_adapter_folder_as_its_merged_base(base, math500, tmp_path, monkeypatch):
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -132,6 +131,7 @@ def test_the_evaluator_runs_an_adapter_folder_as_its_merged_base(base, math500, 
     assert json.loads((tmp_path / "base" / "config.json").read_text())["ll_base"] is None
 
 
+@pytest.mark.external
 def test_adapter_arguments_that_cannot_act_are_refused_by_name(base, math500, tmp_path):
     from agent_system.eval.math500 import EvalSettingsError, evaluate
 

@@ -61,6 +61,7 @@ def _run(tokenizers, replies_ll, replies_hl, budget, tasks, n=1, m=2):
     return asyncio.run(runner.run(tasks, settings))
 
 
+@pytest.mark.external
 def test_code_and_math_tasks_get_their_own_prompts_and_the_hl_sees_the_execution_result(tokenizers):
     tasks = [Task.from_row(CODE_ROW), Task.from_row(MATH_ROW)]
     replies_ll = {"t1": WRONG_CODE, "t3": "```python\ndef add(a, b):\n    return a + b\n```"}
@@ -90,6 +91,7 @@ def test_code_and_math_tasks_get_their_own_prompts_and_the_hl_sees_the_execution
     assert records[0]["prompts"]["feedback"] == attempt.refinements[0].feedback.prompt.text
 
 
+@pytest.mark.external
 def test_long_turns_never_overflow_the_budget_and_are_counted(tokenizers):
     long_code = "```python\n" + "".join(f"x{i} = {i}\n" for i in range(600)) + "def add(a, b):\n    return 0\n```"
     long_feedback = "Think again. " * 300

@@ -5,10 +5,9 @@ to pull an expected value into its own process.
 """
 
 import json
-import os
-from pathlib import Path
 
 import pytest
+from shared_data import shared_data
 
 from agent_system.rewards.assert_split import (
     HOLE_PREFIX,
@@ -18,9 +17,6 @@ from agent_system.rewards.assert_split import (
     evaluate,
     split_test,
 )
-
-# The data lives beside the repository (../shared/data); MLMT_SHARED_DATA overrides.
-DATA = Path(os.environ.get("MLMT_SHARED_DATA", Path(__file__).resolve().parents[3].parent / "shared" / "data")) / "mbpp"
 
 
 @pytest.mark.parametrize(
@@ -93,13 +89,13 @@ def test_decoding_accepts_plain_data_only():
         decode_value(deep)
 
 
-@pytest.mark.skipif(not DATA.exists(), reason=f"needs the MBPP data set in {DATA}")
+@pytest.mark.external
 @pytest.mark.parametrize(
     ("name", "setup_key", "rows"),
     [("mbpp.jsonl", "test_setup_code", 974), ("sanitized-mbpp.jsonl", "test_imports", 427)],
 )
 def test_every_mbpp_assert_is_split(name, setup_key, rows):
-    records = [json.loads(line) for line in (DATA / name).read_text().splitlines() if line.strip()]
+    records = [json.loads(line) for line in shared_data("mbpp", name).read_text().splitlines() if line.strip()]
     assert len(records) == rows
     whole = []
     for record in records:

@@ -53,6 +53,7 @@ def _hl_prompts(tokenizer, attempt: str, **options) -> tuple[list[str], str]:
     return hl.texts, episode.attempts[0].execution
 
 
+@pytest.mark.external
 def test_the_hl_never_sees_a_hidden_test_by_default(tokenizer):
     texts, execution = _hl_prompts(tokenizer, FAILS_HIDDEN)
     assert execution == "All 1 tests shown in the task passed."
@@ -63,12 +64,14 @@ def test_the_hl_never_sees_a_hidden_test_by_default(tokenizer):
     assert all(str(HIDDEN_EXPECTED) not in text for text in texts) and all(expected in text for text in texts)
 
 
+@pytest.mark.external
 def test_the_original_leak_is_a_named_option(tokenizer):
     texts, execution = _hl_prompts(tokenizer, FAILS_HIDDEN, feedback_tests="all")
     assert execution.startswith(f"1 of 2 tests passed. First failure: AssertionError: {TESTS[1]}")
     assert all(str(HIDDEN_EXPECTED) in text for text in texts)  # the leak the option documents
 
 
+@pytest.mark.external
 def test_a_task_that_shows_no_test():
     extra = {"question": "Write a function add(a, b)."}
     good = execution_result("def add(a, b):\n    return a + b\n", TESTS, extra, ROOMY)

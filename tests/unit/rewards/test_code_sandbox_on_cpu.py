@@ -20,6 +20,8 @@ from agent_system.rewards import compute_score
 from agent_system.rewards.code_reward import execution_result, extract_code
 from agent_system.rewards.code_sandbox import SandboxLimits, isolation_mode, run_tests
 
+pytestmark = pytest.mark.external  # the real sandbox: a subprocess per program
+
 ROOMY = SandboxLimits(timeout_s=60.0, per_test_s=30.0)  # for programs that finish: never reached, even under load
 ADD_TESTS = ["assert add(1, 2) == 3", "assert add(2, 2) == 4"]
 GOOD = "def add(a, b):\n    return a + b\n"

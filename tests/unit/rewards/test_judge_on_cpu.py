@@ -10,6 +10,8 @@ import pytest
 from agent_system.rewards import RewardPool, compute_score
 from agent_system.rewards.judge import JudgeConfig, judge_equivalence
 
+pytestmark = pytest.mark.external  # a local HTTP judge server and reward pools
+
 # the "slow" model answers this late: far beyond every bound below, so a busy machine cannot blur the difference
 SLOW_REPLY_S = 30.0
 

@@ -73,6 +73,7 @@ INTERMEDIATE = [  # (feedback, gold): the gold appears only as a value in the wo
 ]
 
 
+@pytest.mark.external
 def test_leaks_are_found(pool):
     rows = [_row(gold, "gsm8k" if "####" in text else "math") for text, gold in LEAKS]
     result = leak.check_feedbacks(pool, [(text, row) for (text, _), row in zip(LEAKS, rows, strict=True)])
@@ -80,6 +81,7 @@ def test_leaks_are_found(pool):
     assert not missed
 
 
+@pytest.mark.external
 @pytest.mark.parametrize("cases", [NEAR_MISSES, INTERMEDIATE], ids=["near_misses", "intermediate_values"])
 def test_near_misses_and_intermediate_values_do_not_count(pool, cases):
     result = leak.check_feedbacks(pool, [(text, _row(gold)) for text, gold in cases])
@@ -105,6 +107,7 @@ def _verdicts(pool, items):
     return leak.check_feedbacks(pool, [(i["feedback"], row) for i, row in zip(items, rows, strict=True)])
 
 
+@pytest.mark.external
 @pytest.mark.parametrize("kind", LEAK_KINDS + NEAR_MISS_KINDS)
 def test_every_development_item_of_each_kind_is_judged_right(pool, kind):
     """Each leak kind is caught and each kind of near miss is not flagged (the HEAD detector caught 6 of 34)."""
@@ -120,6 +123,7 @@ HELD_OUT_CAUGHT = {"rejection": 7, "named_quantity": 8, "leading_clause": 8, "eq
 HELD_OUT_FLAGGED = {"solver_value": 0, "negated": 0, "hypothetical": 0, "intermediate": 1, "digits": 0}
 
 
+@pytest.mark.external
 def test_agreement_on_the_held_out_set(pool):
     """31 of 33 leaks caught, 1 false positive among 31 near misses ("a right angle is 90" read as "the right ...")."""
     items = _labelled("heldout")
@@ -162,12 +166,14 @@ def test_asked_names_come_from_the_question():
     assert not leak.candidate_answers("Their mean is 9; you divided by the wrong count.")
 
 
+@pytest.mark.external
 def test_code_and_yaml_feedbacks_are_not_applicable(pool):
     pairs = [("The answer is 3. def f(): return 3", _row('["assert f() == 3"]', "mbpp")), ("x", _row("3"))]
     assert np.isnan(leak.check_feedbacks(pool, pairs)[0]) and leak.check_feedbacks(pool, pairs)[1] == 0.0
     assert not leak.applies_to("mbpp") and not leak.applies_to("yaml_task") and leak.applies_to("gsm8k")
 
 
+@pytest.mark.external
 @pytest.mark.parametrize(
     ("text", "leaks"),
     [
@@ -240,6 +246,7 @@ def _config(leak_penalty):
     return config
 
 
+@pytest.mark.external
 @pytest.mark.parametrize("estimator", ["grpo", "reinforce"])
 def test_leak_penalty_changes_only_the_leaking_rows_hl_reward(pool, estimator):
     scores = {"r1": R1, "r3": R3, **leak.leak_scores(_problems(), _episodes(), pool)}
@@ -275,6 +282,7 @@ class _Group:
         return torch.zeros(shape), torch.zeros(shape)
 
 
+@pytest.mark.external
 def test_leak_penalty_in_the_logged_hl_reward_and_the_leak_metrics(pool):
     """The trainer's own scoring and HL batch: ``hl/reward_mean`` drops by penalty × leak rate; the step's metrics
     and trajectory records carry the leak."""

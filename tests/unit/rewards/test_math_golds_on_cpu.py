@@ -7,20 +7,16 @@ thin spaces, equations, the values their parts would collapse to) against each o
 equation convention (docs/GRADER.md).
 """
 
-import os
-from pathlib import Path
-
 import pytest
+from shared_data import shared_data
 
 from agent_system.rewards.gold_sweep import Gold, cross_check, load_golds, model_renderings, self_check
 from agent_system.rewards.math_reward import answers_match
 
-# The benchmark data lives beside the repository (../shared/data); MLMT_SHARED_DATA overrides. Missing data fails.
-SHARED = os.environ.get("MLMT_SHARED_DATA", str(Path(__file__).resolve().parents[4] / "shared" / "data"))
 
-
+@pytest.mark.external
 def test_every_gold_scores_one_against_itself_as_a_model_writes_it():
-    golds = load_golds(SHARED)
+    golds = load_golds(str(shared_data()))
     assert [g.source for g in golds].count("math500") == 500 and [g.source for g in golds].count("gsm8k") == 1319
     result = self_check(golds)
     assert result.failures == []

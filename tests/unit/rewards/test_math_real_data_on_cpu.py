@@ -1,22 +1,20 @@
 """Agreement of the math grader with official labels on the shared MATH-500 and GSM8K files."""
 
 import json
-import os
-from pathlib import Path
 
+import pytest
 from math_verify import verify
+from shared_data import shared_data
 
 from agent_system.rewards import compute_score
 from agent_system.rewards.math_answer import gsm8k_gold, last_boxed_content, normalize_answer
 from agent_system.rewards.math_reward import answers_match, parse_answer, parse_gold
 
-# The benchmark data lives beside the repository (../shared/data); MLMT_SHARED_DATA overrides. Missing data
-# is a failure, not a skip.
-SHARED = os.environ.get("MLMT_SHARED_DATA", str(Path(__file__).resolve().parents[4] / "shared" / "data"))
+pytestmark = pytest.mark.external  # reads ../shared/data
 
 
 def _rows(relative):
-    with open(os.path.join(SHARED, relative)) as handle:
+    with open(shared_data(relative)) as handle:
         return [json.loads(line) for line in handle]
 
 

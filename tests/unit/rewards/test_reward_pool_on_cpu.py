@@ -6,6 +6,8 @@ import pytest
 
 from agent_system.rewards import RewardPool
 
+pytestmark = pytest.mark.external  # the reward pool's worker processes
+
 
 def _item(source, response, gold, extra=None):
     return {"data_source": source, "solution_str": response, "ground_truth": gold, "extra_info": extra}

@@ -14,6 +14,8 @@ from agent_system.rewards import RewardPool, compute_score
 from agent_system.rewards.code_sandbox import SandboxLimits, isolation_mode
 from agent_system.rewards.yaml_reward import Request, find_cuts, grade, score_batch
 
+pytestmark = pytest.mark.external  # score_fn and done_fn run in the sandbox's subprocess
+
 EXAMPLES = Path(__file__).resolve().parents[3] / "recipes" / "custom_yaml"
 ROOMY = SandboxLimits(timeout_s=60.0, per_test_s=30.0)  # never reached by calls that finish, even under load
 CONTEXT = "<|im_start|>user\nName the best language.<|im_end|>\n<|im_start|>assistant\n"

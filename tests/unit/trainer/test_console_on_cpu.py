@@ -10,6 +10,8 @@ import textwrap
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
+
 from agent_system.trainer.console import Accuracy, final_summary, step_line
 
 REPO = Path(__file__).resolve().parents[3]
@@ -104,6 +106,7 @@ def _driver(tmp_path, mode: str, **env) -> tuple[subprocess.CompletedProcess, st
     return result, log.read_text() if log.exists() else ""
 
 
+@pytest.mark.external
 def test_driver_console_shows_project_lines_and_warnings_the_log_holds_everything(tmp_path):
     result, log = _driver(tmp_path, "ok")
     assert result.returncode == 0, result.stderr
@@ -115,6 +118,7 @@ def test_driver_console_shows_project_lines_and_warnings_the_log_holds_everythin
         assert text in log, log
 
 
+@pytest.mark.external
 def test_driver_exception_reaches_the_console_with_its_traceback(tmp_path):
     result, log = _driver(tmp_path, "raise")
     assert result.returncode != 0
@@ -122,6 +126,7 @@ def test_driver_exception_reaches_the_console_with_its_traceback(tmp_path):
     assert "ValueError: boom SHOWN-4" in log  # and in the log
 
 
+@pytest.mark.external
 def test_show_all_logs_keeps_everything_on_the_console(tmp_path):
     result, _ = _driver(tmp_path, "ok", MLMT_SHOW_ALL_LOGS="1")
     console = result.stdout + result.stderr

@@ -24,6 +24,8 @@ import torch
 from agent_system.trainer import state as st
 from agent_system.trainer.export import export_checkpoint, parse_bases
 
+pytestmark = pytest.mark.external  # trains a checkpoint in a subprocess
+
 RANK, ALPHA = 4, 8
 
 # Runs in a subprocess: the process group and verl's engine stay out of the test process.

@@ -246,6 +246,7 @@ def test_plan_check_names_each_difference(tmp_path):
     assert saved["levels"]["hl"]["update_steps"] == [3, 7, 11] and (tmp_path / "run_plan.md").is_file()
 
 
+@pytest.mark.external
 def test_plan_only_prints_the_plan_and_exits_without_ray(tmp_path):
     out = tmp_path / "run"
     command = [sys.executable, "-m", "verl.trainer.main_mlmt", "mlmt.plan_only=true",

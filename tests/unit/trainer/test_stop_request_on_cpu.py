@@ -6,6 +6,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from agent_system.trainer.stop_request import StopRequest
 
 
@@ -35,6 +37,7 @@ def test_install_is_idempotent():
     assert signal.getsignal(signal.SIGUSR1) is not handler
 
 
+@pytest.mark.external
 def test_a_repeated_warning_is_ignored_and_a_repeated_term_ends_the_process():
     """Two SIGUSR1 (Slurm's time-limit warning after a manual one) killed the trainer while it wrote its checkpoint:
     the Slurm test's job ended FAILED when its warning came during the stop its own USR1 had asked for."""
@@ -60,6 +63,7 @@ def test_a_repeated_warning_is_ignored_and_a_repeated_term_ends_the_process():
     assert result.returncode == -signal.SIGTERM
 
 
+@pytest.mark.external
 def test_after_a_stop_request_a_warning_during_shutdown_does_not_end_the_process():
     """The trainer released its handlers before the reward pool and Ray shut down: a SIGUSR1 in that window took its
     default action, the trainer ended with 138 instead of 75, and the Slurm test's job failed instead of requeueing."""
