@@ -255,7 +255,6 @@ def validate_config(config: DictConfig) -> None:
     if any(s not in (1, 2) for s in stages.stage_ids):
         raise ConfigError(f"mlmt.stages.stage_ids must contain 1 or 2 (got {list(stages.stage_ids)})")
     _check_ref_refresh(config)
-    _reject_small_mini_batches(config)
     _reject_bypassed_verl_keys(config)
     _reject_inert(config)
     _reject_inert_torch_compile(config)
@@ -265,7 +264,7 @@ def validate_config(config: DictConfig) -> None:
     _reject_greedy_trained_level(config)
     from agent_system.methods.value_shaping.shaping import config_errors
 
-    errors = config_errors(config)
+    errors = config_errors(config, frozen_reasons(config))
     if errors:
         raise ConfigError("; ".join(errors))
     if not has_hl(config):
@@ -367,28 +366,6 @@ def _reject_bypassed_verl_keys(config: DictConfig) -> None:
     errors = bypassed_key_errors(config)
     if errors:
         raise ConfigError("; ".join(errors))
-
-
-def _reject_small_mini_batches(config: DictConfig) -> None:
-    """Refuse a mini-batch cut below half its setting (issue 34: ArCHer's 128 rows on 3 ranks, padded to 129, made 43
-    optimizer steps of 3 rows per update where its setting asked for one of 128), unless
-    ``mlmt.allow_small_mini_batches=true``; a smaller cut stays a notice of the run plan (``plan.mini_batch_cuts``)."""
-    from agent_system.trainer.plan import mini_batch_cuts
-
-    if config.mlmt.allow_small_mini_batches:
-        return
-    cuts = [cut for cut in mini_batch_cuts(config) if cut.below_half]
-    if cuts:
-        raise ConfigError(
-            "; ".join(
-                f"{cut.rows} rows per update (data.train_batch_size × mlmt.n × turns, padded to a multiple of "
-                f"{cut.ranks} data-parallel ranks) with {cut.key}={cut.setting}: the effective mini-batch is "
-                f"{cut.size} rows ({cut.rows // cut.size} optimizer steps per update), below half the setting"
-                for cut in cuts
-            )
-            + ": make the rows a multiple of the ranks times a size near the setting (data.train_batch_size, the "
-            "level's devices) or lower the setting, or set mlmt.allow_small_mini_batches=true to run it anyway"
-        )
 
 
 def _check_archer(config: DictConfig) -> None:

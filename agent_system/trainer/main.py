@@ -90,6 +90,9 @@ def prepare_config(config: DictConfig, user_overrides: list[str]) -> DictConfig:
             config.data.train_files, config.data.val_files = train, val
     validate_config(config)
     from agent_system.trainer.gpu_checks import prepare_devices
+    from agent_system.trainer.plan import refuse_small_mini_batches
+
+    refuse_small_mini_batches(config)  # the plan's mini-batch sizes: plan.py reads the config, not the reverse
 
     prepare_devices(config, user_overrides)  # device settings and checks (attention, vLLM memory, driver, ...)
     return config

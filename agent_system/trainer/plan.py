@@ -26,7 +26,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from agent_system.trainer.config import CRITIC_TREES, POLICY_TREES, frozen_levels
+from agent_system.trainer.config import CRITIC_TREES, POLICY_TREES, ConfigError, frozen_levels
 from agent_system.trainer.gpu_checks import idle_devices_notice, visible_gpus
 from agent_system.trainer.memory_estimate import (
     MemoryPlan,
@@ -327,6 +327,27 @@ def mini_batch_cuts(config: DictConfig) -> list[MiniBatchCut]:
             if size < min(setting, rows):
                 found.append(MiniBatchCut(key, setting, size, rows, world))
     return found
+
+
+def refuse_small_mini_batches(config: DictConfig) -> None:
+    """Refuse a mini-batch cut below half its setting (issue 34: ArCHer's 128 rows on 3 ranks, padded to 129, made 43
+    optimizer steps of 3 rows per update where its setting asked for one of 128), unless
+    ``mlmt.allow_small_mini_batches=true``; a smaller cut stays a notice of the run plan (:func:`mini_batch_cuts`).
+    Called with the config checks, before any worker starts (``main.prepare_config``)."""
+    if config.mlmt.allow_small_mini_batches:
+        return
+    cuts = [cut for cut in mini_batch_cuts(config) if cut.below_half]
+    if cuts:
+        raise ConfigError(
+            "; ".join(
+                f"{cut.rows} rows per update (data.train_batch_size × mlmt.n × turns, padded to a multiple of "
+                f"{cut.ranks} data-parallel ranks) with {cut.key}={cut.setting}: the effective mini-batch is "
+                f"{cut.size} rows ({cut.rows // cut.size} optimizer steps per update), below half the setting"
+                for cut in cuts
+            )
+            + ": make the rows a multiple of the ranks times a size near the setting (data.train_batch_size, the "
+            "level's devices) or lower the setting, or set mlmt.allow_small_mini_batches=true to run it anyway"
+        )
 
 
 # ------------------------------------------------------------------------------------------------------ the plan

@@ -137,6 +137,7 @@ def test_readme_is_a_users_guide():
         assert section in headings, f"README.md lost its '{section}' section"
 
 
+@pytest.mark.external  # git ls-files
 def test_entry_points_page_lists_every_entry_point_and_launcher():
     """docs/ENTRY_POINTS.md is the one map: every module with a ``__main__`` block (but the sandbox's child, which the
     sandbox runs as ``python -c``), every ``python -m`` module a tracked file shows, and every launcher script."""

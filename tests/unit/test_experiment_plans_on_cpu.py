@@ -22,7 +22,7 @@ import pytest
 from agent_system.trainer.config import ConfigError, compose_config, validate_config
 from agent_system.trainer.main import check_stages_reached, set_schedule_horizon
 from agent_system.trainer.memory_estimate import refuse_overcommit
-from agent_system.trainer.plan import build_plan, render_markdown
+from agent_system.trainer.plan import build_plan, refuse_small_mini_batches, render_markdown
 
 pytestmark = pytest.mark.external  # runs the bash experiment scripts
 
@@ -84,6 +84,7 @@ def test_every_experiment_script_is_listed():
 def test_script_plan_reaches_every_stage_and_completes_each_lr_schedule(script, tmp_path):
     config = compose_config(_argv(script, tmp_path))
     validate_config(config)
+    refuse_small_mini_batches(config)  # start-up's mini-batch check: the old ArCHer recipe's 43 steps of 3 rows
     rows = TRAIN_ROWS[script.split("/")[0]]
     set_schedule_horizon(config, rows)
     check_stages_reached(config, rows)  # start-up's data-dependent check

@@ -143,11 +143,11 @@ def critic_loss(config: Any, model_output, data, dp_group=None, *, value_coef: f
     return loss + term, metrics
 
 
-def config_errors(config: Any) -> list[str]:
-    """Start-up checks of the value-shaping keys: contradictory or inert combinations, each naming its keys."""
-    from agent_system.trainer.config import frozen_reasons
+def config_errors(config: Any, frozen: dict[str, str]) -> list[str]:
+    """Start-up checks of the value-shaping keys: contradictory or inert combinations, each naming its keys.
 
-    mlmt, frozen = config.mlmt, frozen_reasons(config)
+    ``frozen``: per level, why it has no planned update ("" when it has some): ``config.frozen_reasons``."""
+    mlmt = config.mlmt
     shaping, errors = mlmt.value_shaping, []
     baseline = mlmt.ll.adv_estimator == "value_baseline"
     shaped = mlmt.reward.hl_reward == "value_shaped"

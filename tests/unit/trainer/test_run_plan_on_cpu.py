@@ -124,11 +124,14 @@ def test_mini_batch_cut_to_a_divisor_is_said_at_start_up(overrides, key, size, s
     ],
 )  # fmt: skip
 def test_mini_batch_cut_below_half_its_setting_is_refused_unless_allowed(overrides, named):
+    from agent_system.trainer.plan import refuse_small_mini_batches
+
     config = compose_config(overrides)
+    validate_config(config)  # the other checks pass: the mini-batch check is the plan's (run by main.prepare_config)
     with pytest.raises(ConfigError, match="mlmt.allow_small_mini_batches=true") as error:
-        validate_config(config)
+        refuse_small_mini_batches(config)
     assert all(text in str(error.value) for text in named), str(error.value)
-    validate_config(compose_config([*overrides, "mlmt.allow_small_mini_batches=true"]))
+    refuse_small_mini_batches(compose_config([*overrides, "mlmt.allow_small_mini_batches=true"]))
 
 
 def test_no_notice_when_the_setting_divides_the_rows():
