@@ -468,17 +468,30 @@ def reference_in_actor(config: DictConfig) -> dict[str, bool]:
 
 
 def critic_levels(config: DictConfig) -> tuple[str, ...]:
-    """The levels that get a value model (verl's critic): those whose estimator reads one (``gae``, or
-    ``value_baseline`` whose V also shapes the HL's ``value_shaped`` reward) and that train.
+    """The levels that get a value model (verl's critic): those whose estimator is registered with ``critic=True``
+    (``advantages.register_value_estimator``: ``gae``, the methods' own such as ``value_baseline``) and that train.
 
     A frozen level is never updated, so no advantage of its rows is ever computed: its critic would take memory and
     a folder in every checkpoint for nothing, and is not built (config validation rejects ``value_baseline`` with a
-    frozen LL, the one case where another level would read it).
+    frozen LL, the one case where another level would read it). The plan, the start-up path checks and the trainer
+    read this, so a method's estimator gets its critic with no edit of the trainer.
     """
+    from agent_system import methods
+    from agent_system.trainer.advantages import needs_critic
+
+    methods.import_all()  # each method package registers its estimators on import
     frozen = frozen_levels(config)
-    return tuple(
-        level for level in LEVELS if config.mlmt[level].adv_estimator in ("gae", "value_baseline") and not frozen[level]
-    )
+    return tuple(level for level in LEVELS if needs_critic(config.mlmt[level].adv_estimator) and not frozen[level])
+
+
+def model_path_keys(config: DictConfig) -> list[str]:
+    """The keys of the models the run loads: each level's policy (the HL's when it runs), the critic of each level
+    in :func:`critic_levels`, and ArCHer's utterance critic."""
+    keys = ["actor_rollout_ref.model.path"] + (["hl.model.path"] if has_hl(config) else [])
+    keys += [f"{CRITIC_TREES[level]}.model.path" for level in critic_levels(config)]
+    if config.mlmt.ll.adv_estimator == "archer":
+        keys.append("mlmt.archer.critic_model_path")
+    return keys
 
 
 def level_nodes(config: DictConfig, level: str) -> list[int]:

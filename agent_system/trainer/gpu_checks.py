@@ -55,7 +55,7 @@ from dataclasses import dataclass
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from agent_system.trainer.config import ConfigError, has_hl
+from agent_system.trainer.config import ConfigError, has_hl, model_path_keys
 from agent_system.trainer.memory_estimate import MemoryPlan, device_memory_setting, padded_budgets
 
 logger = logging.getLogger(__name__)
@@ -217,17 +217,9 @@ def free_resources_per_node() -> dict[str, dict[str, float]]:
 
 def shared_paths(config: DictConfig) -> dict[str, str]:
     """The folders every node's workers read or write: model paths in use and ``trainer.default_local_dir``."""
-    keys = ["actor_rollout_ref.model.path"] + (["hl.model.path"] if has_hl(config) else [])
-    keys += [f"{c}.model.path" for level, c in (("ll", "critic"), ("hl", "hl_critic")) if _uses_critic(config, level)]
-    if config.mlmt.ll.adv_estimator == "archer":
-        keys.append("mlmt.archer.critic_model_path")
-    paths = {key: os.path.abspath(str(OmegaConf.select(config, key))) for key in keys}
+    paths = {key: os.path.abspath(str(OmegaConf.select(config, key))) for key in model_path_keys(config)}
     paths["trainer.default_local_dir"] = os.path.abspath(str(config.trainer.default_local_dir))
     return paths
-
-
-def _uses_critic(config: DictConfig, level: str) -> bool:
-    return (level == "ll" or has_hl(config)) and config.mlmt[level].adv_estimator in ("gae", "value_baseline")
 
 
 def invisible_paths_message(missing: dict[str, list[str]]) -> str | None:

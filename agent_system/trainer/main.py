@@ -54,8 +54,7 @@ def prepare_config(config: DictConfig, user_overrides: list[str]) -> DictConfig:
     """CPU overlay, model paths resolved to local folders, the default dataset, then validation."""
     from agent_system import verl_plugin
     from agent_system.data.default_dataset import ensure_default_dataset
-    from agent_system.models.resolve import resolve_model_path
-    from agent_system.trainer.config import ConfigError, apply_hardware_overlay, has_hl, validate_config
+    from agent_system.trainer.config import ConfigError, apply_hardware_overlay, validate_config
 
     if not verl_plugin.LOADED:
         raise RuntimeError("the MLMT-RL verl plugin did not load; reinstall with `bash scripts/install.sh`")
@@ -66,18 +65,7 @@ def prepare_config(config: DictConfig, user_overrides: list[str]) -> DictConfig:
         )
     config = apply_hardware_overlay(config, user_overrides)
     with open_dict(config):
-        # A critic's path defaults to its policy's (${...} in the YAML) but may be set on its own: resolve it too.
-        levels = ("ll", "hl") if has_hl(config) else ("ll",)  # mlmt.feedback=self|none: no HL model to load
-        keys = ["actor_rollout_ref.model.path", "hl.model.path"][: len(levels)]
-        keys += [
-            f"{critic}.model.path"
-            for level, critic in (("ll", "critic"), ("hl", "hl_critic"))[: len(levels)]
-            if config.mlmt[level].adv_estimator == "gae"
-        ]
-        if config.mlmt.ll.adv_estimator == "archer":
-            keys.append("mlmt.archer.critic_model_path")
-        for key in keys:
-            OmegaConf.update(config, key, resolve_model_path(OmegaConf.select(config, key), key))
+        resolve_model_paths(config)
         if not config.data.train_files:
             dataset = config.mlmt.dataset
             train, val = ensure_default_dataset(
@@ -96,6 +84,16 @@ def prepare_config(config: DictConfig, user_overrides: list[str]) -> DictConfig:
 
     prepare_devices(config, user_overrides)  # device settings and checks (attention, vLLM memory, driver, ...)
     return config
+
+
+def resolve_model_paths(config: DictConfig) -> None:
+    """Each model path the run loads (``config.model_path_keys``) replaced by its local folder (``smollm2``, ``~``, a
+    hub name resolved). A critic's path defaults to its policy's (``${...}`` in the YAML) but may be set on its own."""
+    from agent_system.models.resolve import resolve_model_path
+    from agent_system.trainer.config import model_path_keys
+
+    for key in model_path_keys(config):
+        OmegaConf.update(config, key, resolve_model_path(OmegaConf.select(config, key), key))
 
 
 def _read_frame(path: str | None) -> pd.DataFrame | None:

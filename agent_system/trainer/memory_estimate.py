@@ -24,8 +24,9 @@ device holds, in bytes, as verl 0.9.1's FSDP engine and vLLM place it:
 * **reference**: verl builds it ``forward_only`` and always offloads it to the host (``CPUOffload`` under ``fsdp``,
   ``CPUOffloadPolicy`` under ``fsdp2``); it uses no device memory between forwards (host bytes are shown). A LoRA
   level has none: its reference is the actor with the adapter switched off.
-* **critic** (``gae`` / ``value_baseline`` on a level that trains): like the actor, from ``<critic>.fsdp`` and the
-  critic model's ``config.json`` (a token-classification head of one label instead of the LM head).
+* **critic** (a level in ``config.critic_levels``: its estimator registered with ``critic=True``, and it trains): like
+  the actor, from ``<critic>.fsdp`` and the critic model's ``config.json`` (a token-classification head of one label
+  instead of the LM head).
 * **vLLM**: ``rollout.gpu_memory_utilization × device memory`` per device of a replica, holding the weights
   (``rollout.dtype``, split over ``tensor_model_parallel_size``) and the KV cache; with
   ``engine_kwargs.vllm.kv_cache_memory_bytes`` set, vLLM ignores the fraction and the KV cache is that size. The KV

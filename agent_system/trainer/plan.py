@@ -26,7 +26,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from agent_system.trainer.config import CRITIC_TREES, POLICY_TREES, ConfigError, frozen_levels
+from agent_system.trainer.config import CRITIC_TREES, POLICY_TREES, ConfigError, critic_levels, frozen_levels
 from agent_system.trainer.gpu_checks import idle_devices_notice, visible_gpus
 from agent_system.trainer.memory_estimate import (
     MemoryPlan,
@@ -163,10 +163,9 @@ def optimizer_sections(config: DictConfig, level: str) -> list[str]:
 
 
 def critic_name(config: DictConfig, level: str) -> str:
-    estimator = config.mlmt[level].adv_estimator
-    if estimator in ("gae", "value_baseline"):
+    if level in critic_levels(config):
         return CRITIC_TREES[level]
-    if estimator == "archer":
+    if config.mlmt[level].adv_estimator == "archer":
         return "mlmt.archer (utterance critic, constant lr)"
     return "none"
 

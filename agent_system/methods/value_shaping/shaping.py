@@ -212,19 +212,23 @@ def critic_weights(ll_batch: Any, hl_batch: Any) -> torch.Tensor:
     return torch.as_tensor(weights, dtype=torch.float32)
 
 
+VALUE_STATS = {"mean": np.mean, "min": np.min, "max": np.max}
+
+
 def level_metrics(
     level: str, values: torch.Tensor | None, returns: torch.Tensor, feedback_values: np.ndarray | None, mask
 ) -> dict[str, float]:
     """What the shaping put into a level's advantages, token-weighted like ``<level>/advantage_mean``.
 
     LL (value_baseline): ``ll/return_mean`` (R) and ``ll/value_baseline_mean`` (V(prompt)), so that
-    advantage_mean = return_mean − value_baseline_mean. HL (value_shaped): ``hl/feedback_value_mean``, the mean
-    V(x, z, g) of the feedbacks (row mean).
+    advantage_mean = return_mean − value_baseline_mean. HL (value_shaped): ``hl/feedback_value_{mean,min,max}``,
+    V(x, z, g) over the feedbacks (the full-grad term, centred over the step, moves the spread more than the mean).
     """
     mask = mask.float()
     tokens = mask.sum()
     if level == "hl":
-        return {"hl/feedback_value_mean": float(np.mean(feedback_values))}
+        values = np.asarray(feedback_values, dtype=np.float64)
+        return {f"hl/feedback_value_{name}": float(reduce(values)) for name, reduce in VALUE_STATS.items()}
     return {
         "ll/return_mean": float((returns * mask).sum() / tokens),
         "ll/value_baseline_mean": float((values[:, :1] * mask).sum() / tokens),
