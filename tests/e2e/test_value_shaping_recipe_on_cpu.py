@@ -26,7 +26,7 @@ from mlmt_run import run_main, trajectories
 
 pytestmark = pytest.mark.e2e
 
-COEF = 0.5
+COEF = 5.0  # c: the full-grad term (centred, per-token: about the value loss in size) is c times it
 SAME_EPISODES = ("train/acc@t1", "train/acc@t3", "train/generated_tokens", "train/hl_feedback_length")
 
 
@@ -112,7 +112,7 @@ def test_stop_and_full_grad_differ_only_in_the_critic(tiny_models, critic_path, 
     # the critics were not: V(x, z, g) differs at step 2, and with it the HL's reward (R + c·V, checked above per
     # run). The full-grad term is centred over the step's feedbacks, so it moves the spread of V more than its mean.
     moved = {s: abs(stop[2][f"hl/feedback_value_{s}"] - full[2][f"hl/feedback_value_{s}"]) for s in ("min", "max")}
-    assert max(moved.values()) > 1e-3, moved
+    assert max(moved.values()) > 1e-4, moved
     difference = stop[2]["hl/reward_mean"] - full[2]["hl/reward_mean"]
     value_difference = stop[2]["hl/feedback_value_mean"] - full[2]["hl/feedback_value_mean"]
     assert difference == pytest.approx(COEF * value_difference, abs=1e-6) and difference != 0.0
