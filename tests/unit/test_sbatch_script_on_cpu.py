@@ -48,6 +48,9 @@ case "$(basename "$0") $*" in
     fi
     if [ "$kind" = HEAD ] && [ -n "$HEAD_DIES_AFTER" ]; then  # joins, then ends while the other nodes start
       echo $$ >> "$CALLS.nodes"
+      # after the other node's start: a fixed time from its own start raced the script's first poll on a loaded
+      # machine (a head dead before that poll looked like a failed start, and was started again)
+      for _ in $(seq 600); do grep -qx NODE "$CALLS.starts" && break; sleep 0.1; done
       sleep "$HEAD_DIES_AFTER"
       exit 1
     fi
