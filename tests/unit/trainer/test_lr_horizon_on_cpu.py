@@ -13,7 +13,7 @@ import torch
 from omegaconf import OmegaConf
 
 from agent_system import verl_compat as vc
-from agent_system.trainer.config import compose_config
+from agent_system.trainer.config import compose_config, critic_levels
 from agent_system.trainer.main import set_schedule_horizon
 from agent_system.trainer.schedule import levels_to_update
 
@@ -76,6 +76,9 @@ def test_horizon_is_the_levels_update_count_and_critics_follow_their_level(overr
     assert set_schedule_horizon(config, train_rows=1000) == expected == _updates(config, 40)
     for level, sections in (("ll", ("actor_rollout_ref.actor.optim", "critic.optim")),
                             ("hl", ("hl.actor.optim", "hl_critic.optim"))):  # fmt: skip
+        if not expected[level]:  # a level without updates gets no critic (config.critic_levels): only its actor's
+            assert level not in critic_levels(config)
+            sections = sections[:1]
         for section in sections:
             assert OmegaConf.select(config, section).total_training_steps == max(expected[level], 1), section
             if expected[level]:
