@@ -12,7 +12,9 @@ Candidates (nothing else counts):
 1. the content of every complete ``\\boxed{...}`` / ``\\fbox{...}`` (a box states a final answer);
 2. a statement of *the* answer: "the (final / correct / right) answer is X", "... should be X", "final answer: X",
    "Answer: X"; not when negated ("the answer is not 5", "isn't"), quoting the solver ("your answer is 5", "you
-   said the answer is 5"), conditional ("if the answer is 5"), a question, or followed by "which is wrong";
+   said the answer is 5", "you wrote: the answer is 5"), conditional ("if the answer is 5"), a question, or
+   followed by "which is wrong" (quoting and conditions are read after the last ``;``, dash or colon: "Re-express
+   your fraction: the answer is 50%" states it);
 3. the right side of an ``= X`` that ends the feedback (only closing punctuation after X);
 4. the last number of the feedback when it ends the text, in a last sentence with no negation, no question mark,
    and not a reference ("step 2", "equation (3)").
@@ -22,9 +24,12 @@ comma or colon before a new subject), so a clause that rejects the solver's valu
 
 5. a claim about the asked quantity: its name in the problem's question ("the probability (of two heads) is X",
    "the total number ... equals X", "their mean is X"; "how many" adds number / count / total), a correctness name
-   ("the right probability", "the correct sum", "the result", "the solution") or the problem's variable
+   ("the right value", "the correct sum", "the result", "the solution"; correct / right / ... only before value,
+   answer, number, result, amount, figure, quantity, sum or total: "a right angle is 90" is no claim) or the
+   problem's variable
    (``$y$``: "y is actually 7", "y = 7"), then a copula ("is", "=", "equals", "should be", "comes to", ":");
-6. a result verb: "you get / obtain / find X", "gives", "yields", "becomes", "works out to", "results in";
+6. a result verb: "you get / obtain / find X", "you should / will have X", "gives", "yields", "becomes", "works out
+   to", "results in";
 7. a count of the noun a "how many" question counts: "there are 8 subsets", "has 9 diagonals", "= 9 divisors",
    not a per-unit count ("each box has 12 eggs");
 8. after a clause that rejects a value, a correction: "it's 24", "it should be 1/3", "not 9.5 but 12", "= 45".
@@ -109,9 +114,13 @@ _COPULA = (
     r"|\s+comes?\s+(?:out\s+)?to|\s+works?\s+out\s+(?:to|as)|\s+becomes|\s*:)" + _ADVERB + r"\s*"
 )
 _QUALIFIED = r"(?:\s+(?:of|for|in|on)\b[^=:;,]{1,60}?)?" + _COPULA  # "the probability of two heads is"
-_CORRECTNESS_NAME = r"(?:final|correct|right|true|actual|expected)\s+[a-z]+|result|solution"
+_CORRECTNESS_NAME = (  # "the right value", not "a right angle" ("the right probability": the asked name matches)
+    r"(?:final|correct|right|true|actual|expected)\s+(?:value|answer|number|result|amount|figure|quantity|sum|total)"
+    r"|result|solution"
+)
 _VERB_RE = re.compile(
     r"\b(?:you(?:'ll|\s+will|\s+should|\s+would|\s+now)?\s+(?:get|obtain|find|end\s+up\s+with|arrive\s+at|reach)"
+    r"|you(?:'ll|\s+will|\s+should)\s+have"
     r"|gives?|giving|yields?|becomes?|comes?\s+(?:out\s+)?to|works?\s+out\s+(?:to|as)|results?\s+in|leads?\s+to)\b\s*",
     re.IGNORECASE,
 )
@@ -139,6 +148,10 @@ _NEGATED_TAIL_RE = re.compile(r"n't\b|\b(?:not|never|wrong|incorrect|mistaken|a\
 _GROUPED_DIGITS_RE = re.compile(r"(?<=\d)(?:\s|\\[,;: !]|~|\u2009|\u202f|\u00a0)(?=\d{3}(?!\d))")
 _PERCENT_RE = re.compile(r"^(.*\d)\s*\\?%$")
 _NEGATED_BEFORE_RE = re.compile(r"(?:n't|\b(?:not|never|no|cannot))\s+(?:\w+\s+)?$", re.IGNORECASE)
+_CLAUSE_MARK_RE = re.compile(r"\s*[;:—–]\s*|\s+--\s+")
+_REPORT_VERB_RE = re.compile(
+    r"\b(?:said|wrote|write|say|state|stated|claimed|claim|concluded|answered|reported)\W*$", re.I
+)
 _RELATIVE_RE = re.compile(r"[,:]\s+that\b", re.IGNORECASE)
 _EQUALS_RE = re.compile(r"(?<![!<>=\\])=(?!=)\s*")
 _BARE_VALUE_RE = re.compile(r"\s*(?:rather\s+)?[-\d$\\(]")
@@ -185,12 +198,22 @@ def _value(rest: str) -> str:
     return rest[:end].strip().rstrip(".,;:!?").strip().strip("$").strip()
 
 
+def _own_clause(before: str) -> str:
+    """The end of ``before`` that is in the clause of what follows it: after its last ``;``, dash or colon, unless
+    that mark follows a report of the solver ("You wrote: the answer is 5" quotes; "your fraction: the answer is"
+    does not)."""
+    cuts = list(_CLAUSE_MARK_RE.finditer(before))
+    if not cuts or _REPORT_VERB_RE.search(before[: cuts[-1].start()]):
+        return before
+    return before[cuts[-1].end() :]
+
+
 def _statements(sentence: str) -> list[str]:
     """Rule 2: the values "the answer is X" states in one sentence, unless negated, quoted or conditional."""
     values = []
     for match in _STATEMENT_RE.finditer(sentence):
         rest = sentence[match.end() :]
-        before = sentence[max(0, match.start() - 60) : match.start()]
+        before = _own_clause(sentence[max(0, match.start() - 60) : match.start()])
         if _DIRECT_NEGATION_RE.match(rest) or _QUOTING_RE.search(before) or sentence.rstrip().endswith("?"):
             continue
         value = _value(rest)

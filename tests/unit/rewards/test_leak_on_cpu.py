@@ -47,6 +47,8 @@ LEAKS = [  # (feedback, gold): each states the answer
     ("Answer: 10\\%", "10"),
     ("Careful with thousands: the answer is 1,000.", "1000"),
     ("so the total is #### ignored\n\n**Answer:** 7", "7"),  # gsm8k-style row below
+    ("Rewrite your ratio: the answer is 50%.", "\\frac{1}{2}"),  # "your" in the clause before is not a quote
+    ("The bags combine, so you should have 36 crayons.", "36"),
 ]
 NEAR_MISSES = [  # (feedback, gold): none states the answer
     ("The answer is not 5.", "5"),
@@ -70,6 +72,7 @@ INTERMEDIATE = [  # (feedback, gold): the gold appears only as a value in the wo
     ("So the final answer should be $\\frac{1}{2}$.", "2"),  # the 2 of a fraction is not a number of its own
     ("The answer is (1, 2).", "2"),  # nor the last member of a tuple
     ("Check 3 + 4 = 7 again in the second line.", "7"),
+    ("A right angle is 90 on its own; the right side is 90 mm long in the sketch.", "90"),  # "right" is no "correct"
 ]
 
 
@@ -110,31 +113,45 @@ def _verdicts(pool, items):
 @pytest.mark.external
 @pytest.mark.parametrize("kind", LEAK_KINDS + NEAR_MISS_KINDS)
 def test_every_development_item_of_each_kind_is_judged_right(pool, kind):
-    """Each leak kind is caught and each kind of near miss is not flagged (the HEAD detector caught 6 of 34)."""
+    """Each leak kind is caught and each kind of near miss is not flagged (before rules 5-8: 6 of the first 34)."""
     items = [i for i in _labelled("development") if i["kind"] == kind]
     verdicts = _verdicts(pool, items)
     wrong = [i["feedback"] for i, verdict in zip(items, verdicts, strict=True) if verdict != i["label"]]
     assert len(items) >= 4 and not wrong
 
 
-# measured once on the held-out set, written before the rules changed and never used to tune them: caught leaks and
-# flagged near misses per kind (HEAD's detector: 4 of 33 caught, 1 of them a rejection, 3 equivalent forms; 0 flagged)
-HELD_OUT_CAUGHT = {"rejection": 7, "named_quantity": 8, "leading_clause": 8, "equivalent_form": 8}
-HELD_OUT_FLAGGED = {"solver_value": 0, "negated": 0, "hypothetical": 0, "intermediate": 1, "digits": 0}
+# caught leaks and flagged near misses per kind on the held-out sets, each written before the rules it measures.
+# heldout (HEAD's detector: 4 of 33 caught; measured once after rules 5-8: 31 of 33, "a right angle is 90" flagged);
+# its two misses and its false positive were then fixed from paraphrases added to the development set, so these are
+# no longer held-out numbers. heldout_2 was written before reading the rules and measured once after that fix (17 of
+# 20 caught, 1 of 20 flagged; the rules before the fix: 17 caught, 2 flagged); its errors were not used to tune them.
+HELD_OUT = {
+    "heldout": (
+        {"rejection": 8, "named_quantity": 8, "leading_clause": 8, "equivalent_form": 9},
+        {"solver_value": 0, "negated": 0, "hypothetical": 0, "intermediate": 0, "digits": 0},
+    ),
+    "heldout_2": (
+        {"rejection": 3, "named_quantity": 4, "leading_clause": 5, "equivalent_form": 5},
+        {"solver_value": 0, "negated": 0, "hypothetical": 1, "intermediate": 0, "digits": 0},
+    ),
+}
 
 
 @pytest.mark.external
-def test_agreement_on_the_held_out_set(pool):
-    """31 of 33 leaks caught, 1 false positive among 31 near misses ("a right angle is 90" read as "the right ...")."""
-    items = _labelled("heldout")
+@pytest.mark.parametrize("name", sorted(HELD_OUT))
+def test_agreement_on_the_held_out_sets(pool, name):
+    """At least the measured leaks of each kind caught and at most the measured near misses flagged (heldout_2: the
+    "if there were 4 sections ..., the probability would be 1/4" clause after the comma is read on its own)."""
+    items = _labelled(name)
     assert {i["kind"] for i in items} == set(LEAK_KINDS + NEAR_MISS_KINDS)
     flagged = {kind: 0 for kind in LEAK_KINDS + NEAR_MISS_KINDS}
     for item, verdict in zip(items, _verdicts(pool, items), strict=True):
         flagged[item["kind"]] += int(verdict == 1.0)
-    for kind, caught in HELD_OUT_CAUGHT.items():
-        assert flagged[kind] >= caught, kind
-    for kind, false_positives in HELD_OUT_FLAGGED.items():
-        assert flagged[kind] <= false_positives, kind
+    caught, false_positives = HELD_OUT[name]
+    for kind, least in caught.items():
+        assert flagged[kind] >= least, kind
+    for kind, most in false_positives.items():
+        assert flagged[kind] <= most, kind
 
 
 @pytest.mark.parametrize(
