@@ -25,6 +25,7 @@ Two kinds of things live here:
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.abc
 import importlib.util
@@ -331,25 +332,25 @@ def merge_fsdp_checkpoint(local_dir: str, target_dir: str) -> MergedCheckpoint:
 
 
 # --------------------------------------------------------------------------------------------------------------------
-# Learning-rate schedules (the run plan computes the lr each update gets)
+# Defaults of verl's config (the start-up checks refuse verl keys this trainer does not read: trainer/verl_keys.py)
 # --------------------------------------------------------------------------------------------------------------------
 
 
+@functools.cache
 def verl_default_config() -> Any:
     """verl's composed default ``ppo_trainer`` config (the ``_generated_ppo_trainer.yaml`` verl ships beside its
     Hydra configs), read once: the defaults the trainer's checks compare verl's own keys with."""
-    global _VERL_DEFAULTS
-    if _VERL_DEFAULTS is None:
-        from pathlib import Path
+    from pathlib import Path
 
-        import verl.trainer.config
-        from omegaconf import OmegaConf
+    import verl.trainer.config
+    from omegaconf import OmegaConf
 
-        _VERL_DEFAULTS = OmegaConf.load(Path(verl.trainer.config.__file__).parent / "_generated_ppo_trainer.yaml")
-    return _VERL_DEFAULTS
+    return OmegaConf.load(Path(verl.trainer.config.__file__).parent / "_generated_ppo_trainer.yaml")
 
 
-_VERL_DEFAULTS = None
+# --------------------------------------------------------------------------------------------------------------------
+# Learning-rate schedules (the run plan computes the lr each update gets)
+# --------------------------------------------------------------------------------------------------------------------
 
 
 def build_lr_scheduler(optimizer_config: Any, optimizer: Any) -> Any:

@@ -447,9 +447,9 @@ def reference_needed(config: DictConfig) -> dict[str, bool]:
     """Per level: whether its workers need a reference model (a β > 0 in any stage, or the actor's own KL loss) and
     it is updated at all (:func:`frozen_levels`)."""
     stages, frozen = config.mlmt.stages, frozen_levels(config)
-    betas = {"ll": [*stages.beta_turn1, *stages.beta_turn3], "hl": list(stages.beta_turn2)}
     return {
-        level: not frozen[level] and (any(b > 0 for b in betas[level]) or bool(config[tree].actor.use_kl_loss))
+        level: not frozen[level]
+        and (any(b > 0 for key in LEVEL_BETAS[level] for b in stages[key]) or bool(config[tree].actor.use_kl_loss))
         for level, tree in POLICY_TREES.items()
     }
 
