@@ -32,7 +32,7 @@ setup(
         "cachetools",
         "matplotlib",
         "tqdm",
-        "psutil",  # agent_system.trainer.main.start_local_ray: stops what a failed Ray start left
+        "psutil",  # agent_system.launcher.main.start_local_ray: stops what a failed Ray start left
     ],
     extras_require={
         # GPU clusters: verl's tested stack, exact pins in requirements/constraints-gpu.txt (torch 2.11.0, vLLM 0.24.0,

@@ -332,7 +332,7 @@ def merge_fsdp_checkpoint(local_dir: str, target_dir: str) -> MergedCheckpoint:
 
 
 # --------------------------------------------------------------------------------------------------------------------
-# Defaults of verl's config (the start-up checks refuse verl keys this trainer does not read: trainer/verl_keys.py)
+# Defaults of verl's config (the start-up checks refuse verl keys this trainer does not read: verl_keys.py)
 # --------------------------------------------------------------------------------------------------------------------
 
 

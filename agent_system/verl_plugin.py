@@ -6,7 +6,7 @@ It does four things, in every process that imports verl (driver, task runner, Ra
    ``verl/trainer/main_mlmt.py`` (``import verl`` stays the PyPI package), so
    ``python -m verl.trainer.main_mlmt`` works from any directory;
 2. registers the ``hf`` rollout backend (``rollout.name=hf``), a Hugging Face ``generate()`` server, and verl's
-   vLLM rollout with per-level replica ranks (:mod:`agent_system.trainer.level_rollout`), so two models' servers
+   vLLM rollout with per-level replica ranks (:mod:`agent_system.levels.level_rollout`), so two models' servers
    never share a name or a weight-transfer socket;
 3. selects the project's ``cpu`` platform when ``VERL_PLATFORM=cpu`` or when no GPU is visible, and applies the
    CPU adjustments of :mod:`agent_system.verl_compat`. On a machine with GPUs nothing changes.
@@ -95,7 +95,7 @@ def _activate_cpu_backend() -> None:
 # named, not imported: importing them here would load verl's rollout modules (and vLLM) in every process.
 ROLLOUTS: dict[str, tuple[str, str, str]] = {
     "hf": ("agent_system.cpu_backend.hf_rollout", "HFRolloutReplica", "HFServerAdapter"),
-    "vllm": ("agent_system.trainer.level_rollout", "LevelvLLMReplica", "LevelServerAdapter"),
+    "vllm": ("agent_system.levels.level_rollout", "LevelvLLMReplica", "LevelServerAdapter"),
 }
 
 

@@ -39,8 +39,8 @@ from agent_system.multi_turn_rollout.batch import build_rows
 from agent_system.multi_turn_rollout.episode import EpisodeSettings
 from agent_system.prompts.templates import Task
 from agent_system.trainer import advantages as adv
-from agent_system.trainer.config import compose_config
-from agent_system.trainer.main import build_trainer, prepare_config
+from agent_system.config import compose_config
+from agent_system.launcher.main import build_trainer, prepare_config
 from agent_system.trainer.mlmt_trainer import reward_item
 
 

@@ -6,8 +6,8 @@ Usage::
     python benchmarks/bench_rollout_backends.py --model tiny --batch 8 --max-tokens 32 --repeats 5
 
 Both variants use the trainer's serving path, built in one Ray session exactly as the trainer builds it
-(:func:`agent_system.trainer.placement.build_workers`): the config is composed with
-:func:`agent_system.trainer.config.compose_config` (so the CPU overlay applies: fp32, ``enforce_eager``, a 512 MiB
+(:func:`agent_system.levels.placement.build_workers`): the config is composed with
+:func:`agent_system.config.compose_config` (so the CPU overlay applies: fp32, ``enforce_eager``, a 512 MiB
 KV cache, the ``uni`` executor, and the CPU platform's ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` /
 ``VLLM_CPU_OMP_THREADS_BIND=nobind``), with ``actor_rollout_ref.rollout.name=vllm`` for one level and
 ``hl.rollout.name=hf`` for the other, the same model at both. Each level is a verl ``ActorRolloutRefWorker`` group
@@ -106,8 +106,8 @@ def compare_greedy(outputs: dict[str, list]) -> tuple[int, float | None, float]:
 
 
 def run(args: argparse.Namespace, model_path: str, workdir: str) -> None:
-    from agent_system.trainer.config import compose_config
-    from agent_system.trainer.placement import build_workers
+    from agent_system.config import compose_config
+    from agent_system.levels.placement import build_workers
 
     overrides = [
         f"actor_rollout_ref.model.path={model_path}",

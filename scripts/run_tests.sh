@@ -15,7 +15,7 @@
 # of the time: its processes (driver, workers, servers) mostly take turns, each on one thread. Two runs at once peak
 # at about 17 GB. On a machine that busy, Ray's raylet can abort a local start (it waits at most 15 s for its
 # dashboard agent to import); the trainer and the tests' Ray fixtures start again then (start_local_ray in
-# agent_system/trainer/main.py; dev/MEASUREMENTS_LOG.md, "Two tests at a time").
+# agent_system/launcher/main.py; dev/MEASUREMENTS_LOG.md, "Two tests at a time").
 #
 # On several workers, the integration and e2e tiers hand out one test at a time, the longest `slow` ones first
 # (tests/conftest.py), so that no long test starts last; and every process computes on one thread

@@ -74,7 +74,7 @@ def ray_session():
     """One local Ray session for the whole pytest session, always shut down."""
     import ray
 
-    from agent_system.trainer.main import start_local_ray
+    from agent_system.launcher.main import start_local_ray
 
     start_local_ray(ray, num_cpus=16, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
     try:
@@ -88,7 +88,7 @@ def ray_per_test():
     """A Ray session for one test (or parametrization): named worker and server actors never meet the next test's."""
     import ray
 
-    from agent_system.trainer.main import start_local_ray
+    from agent_system.launcher.main import start_local_ray
 
     start_local_ray(ray, num_cpus=16, include_dashboard=False, log_to_driver=False)
     try:

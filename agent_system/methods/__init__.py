@@ -1,23 +1,73 @@
-"""Methods that plug into the MLMT loop, one package each (docs/EXTENDING.md).
+"""Methods that plug into the MLMT loop, one package each, and the user's plug-in modules (docs/EXTENDING.md).
 
-Each package registers its estimators and task rewards when imported, and has ``extension(config)``: its
-:class:`~agent_system.trainer.hooks.Extension` when the config selects it, else None. :func:`load` imports them all.
+A method package of this folder, or a module named in ``mlmt.plugins``, registers its estimators and task rewards
+when imported (``trainer/advantages.py``), and may define:
+
+* ``extension(config)``: its :class:`~agent_system.trainer.hooks.Extension` when the config selects it, else None;
+* ``config_errors(config, frozen)``: the start-up refusals of its settings (``frozen``: ``config.frozen_reasons``);
+* ``model_path_keys(config)``: the config keys of models it loads (checked and resolved like the policies').
+
+The launcher calls :func:`check_config` at start-up (which imports them all) and :func:`load` to build the trainer.
 """
 
 from __future__ import annotations
 
 import importlib
 import pkgutil
+from types import ModuleType
 
+from agent_system.config import ConfigError, frozen_reasons
+from agent_system.trainer.advantages import estimator_names, hl_reward_names
 from agent_system.trainer.hooks import Extension
 
 
-def import_all() -> list:
-    """Import every method package (registering its estimators and rewards); returns the modules, by name."""
-    return [importlib.import_module(f"{__name__}.{info.name}") for info in sorted(pkgutil.iter_modules(__path__))]
+def import_all(config=None) -> list[ModuleType]:
+    """Import every method package, then each module of ``mlmt.plugins`` (registering their estimators and rewards);
+    returns the modules, method packages by name first."""
+    modules = [importlib.import_module(f"{__name__}.{info.name}") for info in sorted(pkgutil.iter_modules(__path__))]
+    for name in [] if config is None else list(config.mlmt.plugins):
+        try:
+            modules.append(importlib.import_module(name))
+        except ImportError as error:
+            raise ConfigError(f"mlmt.plugins: cannot import {name!r} ({error}); is it on PYTHONPATH?") from error
+    return modules
+
+
+def check_config(config) -> None:
+    """The start-up checks that belong to methods: each level's estimator and the HL's reward among the registered
+    ones, then every method's and plug-in's ``config_errors``; raises ConfigError naming the keys."""
+    modules = import_all(config)
+    errors = [
+        f"mlmt.{level}.adv_estimator={config.mlmt[level].adv_estimator!r}: choose one of {estimator_names()}"
+        for level in ("ll", "hl")
+        if config.mlmt[level].adv_estimator not in estimator_names()
+    ]
+    if config.mlmt.reward.hl_reward not in hl_reward_names():
+        errors.append(f"mlmt.reward.hl_reward={config.mlmt.reward.hl_reward!r}: choose one of {hl_reward_names()}")
+    if errors:  # the methods' own checks read these values
+        raise ConfigError("; ".join(errors))
+    frozen = frozen_reasons(config)
+    errors = [
+        error
+        for module in modules
+        if hasattr(module, "config_errors")
+        for error in module.config_errors(config, frozen)
+    ]
+    if errors:
+        raise ConfigError("; ".join(errors))
+
+
+def model_path_keys(config) -> list[str]:
+    """The config keys of the models the methods and plug-ins the config selects load."""
+    return [
+        key
+        for module in import_all(config)
+        if hasattr(module, "model_path_keys")
+        for key in module.model_path_keys(config)
+    ]
 
 
 def load(config) -> list[Extension]:
-    """The extensions the config selects, in package-name order."""
-    extensions = [module.extension(config) for module in import_all()]
+    """The extensions the config selects, method packages by name first, then the plug-ins in their order."""
+    extensions = [module.extension(config) for module in import_all(config) if hasattr(module, "extension")]
     return [extension for extension in extensions if extension is not None]

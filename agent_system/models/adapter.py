@@ -1,7 +1,7 @@
 """PEFT LoRA adapter folders: recognise one, find its base model, and merge it into the base.
 
 An adapter folder holds ``adapter_config.json`` and ``adapter_model.safetensors`` (what
-``python -m agent_system.trainer.export`` writes as ``<out>/<level>_adapter``, or any PEFT ``save_pretrained``), and
+``python -m agent_system.launcher.export`` writes as ``<out>/<level>_adapter``, or any PEFT ``save_pretrained``), and
 no ``config.json``. The evaluator runs such a folder as the base model with the adapter merged in
 (:func:`merged_model_folder`): merging is exact up to floating-point rounding, and both of its engines (vLLM and the
 HF server) then load one ordinary model folder.

@@ -1,1 +1,2 @@
-"""The MLMT trainer: config, policy groups, advantages, schedule, checkpoints, the fit loop."""
+"""The loop and its data: ``fit()`` (mlmt_trainer), the typed rows between phases, advantages, the (tH, tL) schedule,
+the extension hooks, metrics, checkpoint state and the stop request (docs/ARCHITECTURE.md, "Module map")."""

@@ -41,6 +41,7 @@ import numpy as np
 import torch
 from verl.trainer.ppo import core_algos
 
+from agent_system.config import LEVELS, frozen_levels
 from agent_system.trainer.rows import LevelInputs, RowKeys, StepScores
 
 
@@ -181,7 +182,25 @@ def place_on_last_token(rewards: np.ndarray, response_mask: torch.Tensor) -> tor
     return token_rewards
 
 
-@core_algos.register_adv_est("reinforce")
+# verl's estimators this trainer calls as they are (``compute_advantages``); others are added by registering
+VERL_ESTIMATORS = ("grpo", "rloo", "reinforce_plus_plus")
+CRITIC_FREE: list[str] = []  # the names registered with register_estimator
+
+
+def register_estimator(name: str):
+    """Register a critic-free estimator (with verl's ``register_adv_est``, which ``compute_advantages`` calls as
+    ``fn(token_level_rewards, response_mask, index, config)``) and accept ``name`` as a level's ``adv_estimator``."""
+
+    def wrap(fn):
+        core_algos.register_adv_est(name)(fn)
+        if name not in CRITIC_FREE:
+            CRITIC_FREE.append(name)
+        return fn
+
+    return wrap
+
+
+@register_estimator("reinforce")
 def compute_reinforce_outcome_advantage(
     token_level_rewards: torch.Tensor, response_mask: torch.Tensor, config=None, **kwargs
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -207,7 +226,7 @@ VALUE_ESTIMATORS: dict[str, ValueEstimator] = {}
 
 
 def register_value_estimator(name: str, critic: bool):
-    """Register an estimator that reads values (critic-free ones register with verl's ``register_adv_est``)."""
+    """Register an estimator that reads values (critic-free ones: :func:`register_estimator`)."""
 
     def wrap(fn):
         known = VALUE_ESTIMATORS.get(name)
@@ -219,9 +238,24 @@ def register_value_estimator(name: str, critic: bool):
     return wrap
 
 
+def estimator_names() -> tuple[str, ...]:
+    """The accepted values of ``mlmt.<level>.adv_estimator``: verl's built-ins and every registered estimator (the
+    methods' and plug-ins' once imported: ``agent_system.methods.import_all``)."""
+    return (*VERL_ESTIMATORS, *CRITIC_FREE, *VALUE_ESTIMATORS)
+
+
 def needs_critic(estimator: str) -> bool:
     """Whether a level with this estimator gets a verl value model (its critic)."""
     return estimator in VALUE_ESTIMATORS and VALUE_ESTIMATORS[estimator].critic
+
+
+def critic_levels(config) -> tuple[str, ...]:
+    """The levels that get a value model (verl's critic): the one rule, read by the plan, the memory estimate, the
+    model-path checks and the launcher. A level gets one when its estimator is registered with ``critic=True``
+    (``gae``, a method's such as ``value_baseline``) and it trains: a frozen level's advantages are never computed,
+    so its critic would take memory and a folder in every checkpoint for nothing."""
+    frozen = frozen_levels(config)
+    return tuple(level for level in LEVELS if needs_critic(config.mlmt[level].adv_estimator) and not frozen[level])
 
 
 @register_value_estimator("gae", critic=True)
@@ -325,19 +359,29 @@ class TaskReward:
     name: str
     selects: Callable[[str, Any], bool]
     rewards: Callable[..., np.ndarray]
+    hl_reward: bool  # a value of mlmt.reward.hl_reward
+
+
+def hl_reward_names() -> tuple[str, ...]:
+    """The accepted values of ``mlmt.reward.hl_reward``: the built-ins and the registered HL rewards."""
+    return (*HL_REWARDS, *(name for name, reward in TASK_REWARDS.items() if reward.hl_reward))
 
 
 TASK_REWARDS: dict[str, TaskReward] = {}
 
 
-def register_task_reward(name: str, selects: Callable[[str, Any], bool]):
-    """Register a method's task reward (decorator over its ``rewards`` function)."""
+HL_REWARDS = ("r3", "progress", "contrastive")  # the built-in values of mlmt.reward.hl_reward (hl_scores)
+
+
+def register_task_reward(name: str, selects: Callable[[str, Any], bool], hl_reward: bool = False):
+    """Register a method's task reward (decorator over its ``rewards`` function); ``hl_reward``: ``name`` is also
+    accepted as a value of ``mlmt.reward.hl_reward`` (:func:`hl_reward_names`)."""
 
     def wrap(fn):
         known = TASK_REWARDS.get(name)
         if known is not None and known.rewards is not fn:
             raise ValueError(f"task reward {name!r} is already registered by {known.rewards.__module__}")
-        TASK_REWARDS[name] = TaskReward(name, selects, fn)
+        TASK_REWARDS[name] = TaskReward(name, selects, fn, hl_reward)
         return fn
 
     return wrap

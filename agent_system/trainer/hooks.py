@@ -14,6 +14,7 @@ and returns the extensions the config selects; the trainer calls their hooks in 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -42,6 +43,11 @@ class Extension:
     def actor_class(self, level: str, base: type) -> type:
         """The Ray worker class of ``level``'s actor: ``base`` or a subclass of it adding registered calls."""
         return base
+
+    def critic_loss(self, level: str) -> Callable | None:
+        """The loss of ``level``'s verl critic, called as ``loss(config=..., model_output, data, dp_group)`` like verl's
+        ``value_loss`` (which ``None`` keeps); it runs in the critic's worker processes."""
+        return None
 
     def check_data(self, frame: pd.DataFrame, path: str) -> None:
         """Before any worker starts: refuse training rows the method cannot use (raise ValueError naming ``path``)."""

@@ -23,6 +23,7 @@ import logging
 import time
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,23 +34,33 @@ from tqdm import tqdm
 from verl import DataProto
 
 from agent_system import verl_compat as vc
+from agent_system.config import checkpoints_to_keep, frozen_levels
+from agent_system.levels.turn_kl import TURN_KL_COEF
+from agent_system.levels.weight_sync import RolloutWeights
 from agent_system.multi_turn_rollout.batch import build_rows, padding_id
 from agent_system.multi_turn_rollout.episode import Episode, EpisodeRunner, EpisodeSettings
 from agent_system.prompts.templates import Task
 from agent_system.rewards import grading_context, leak
 from agent_system.trainer import advantages as adv
-from agent_system.trainer import plan as run_plan
 from agent_system.trainer import state as st
-from agent_system.trainer.config import checkpoints_to_keep, frozen_levels
 from agent_system.trainer.hooks import Extension
 from agent_system.trainer.metrics import episode_metrics, plot_history, trajectory_records
 from agent_system.trainer.rows import LevelInputs, LevelRows, StepData, StepScores
 from agent_system.trainer.schedule import levels_to_update
 from agent_system.trainer.stop_request import STOP_REQUEST
-from agent_system.trainer.turn_kl import TURN_KL_COEF
-from agent_system.trainer.weight_sync import RolloutWeights
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class FitSummary:
+    """What :meth:`MLMTTrainer.fit` returns (its per-step metrics are in ``MLMTTrainer.history``)."""
+
+    first_val: dict[str, float] | None  # validation before training (step 0), or None
+    last_val: dict[str, float] | None  # the last validation, or None
+    plot: str | None  # mlmt_progress.png, or None without history
+    out_dir: Path
+    stopped_at: int | None  # the last step when stopped early on request (SIGUSR1 / SIGTERM), else None
 
 
 class MLMTTrainer:
@@ -87,8 +98,6 @@ class MLMTTrainer:
         self.ckpt_dir = self.out_dir / "checkpoints"
         self.global_step = 0
         self.history: list[dict] = []
-        # what the run will do (run_plan.json), checked against self.history when fit() ends
-        self.plan = run_plan.build_plan(config, len(train_frame), None if val_frame is None else len(val_frame))
         self.tracker = vc.Tracking(
             project_name=config.trainer.project_name,
             experiment_name=config.trainer.experiment_name,
@@ -97,7 +106,7 @@ class MLMTTrainer:
         )
 
     # ------------------------------------------------------------------------------------------------ the loop
-    def fit(self) -> dict:
+    def fit(self) -> FitSummary:
         trainer_config = self.config.trainer
         total = st.total_training_steps(
             trainer_config.total_training_steps,
@@ -164,14 +173,7 @@ class MLMTTrainer:
         stopped_at = self.global_step if stop.requested and self.global_step < total else None
         stop.release()  # after a stop, a repeated warning must not end the process before it exits 75
         plot = plot_history(self.history, self.out_dir / "mlmt_progress.png")
-        run_plan.check_run(self.plan, self.config, self.history, self.global_step)  # PlanMismatch on a difference
-        return {
-            "first_val": first_metrics,
-            "last_val": last_val,
-            "plot": plot,
-            "out_dir": str(self.out_dir),
-            "stopped_at": stopped_at,  # the last step when stopped early on request (SIGUSR1 / SIGTERM), else None
-        }
+        return FitSummary(first_metrics, last_val, plot, self.out_dir, stopped_at)
 
     @staticmethod
     def _due(freq: int, step: int, total: int) -> bool:

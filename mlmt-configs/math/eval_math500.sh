@@ -9,7 +9,7 @@
 #   bash mlmt-configs/math/eval_math500.sh <ll_model> [hl_model] [options]
 #   bash mlmt-configs/math/eval_math500.sh --matrix <ll_a,ll_b,...> --hl <hl_a,...[,none]> [options]
 #
-#   # MLMT: an exported run (python -m agent_system.trainer.export --run-dir RUN), one feedback round
+#   # MLMT: an exported run (python -m agent_system.launcher.export --run-dir RUN), one feedback round
 #   bash mlmt-configs/math/eval_math500.sh RUN/export/global_step_500/ll RUN/export/global_step_500/hl
 #   # cross pair: run A's solver with run B's feedback writer; the solver with its frozen (untrained) HL
 #   bash mlmt-configs/math/eval_math500.sh A/export/global_step_500/ll B/export/global_step_500/hl --out eval/A_ll_B_hl

@@ -16,7 +16,7 @@
 # {train,val}.parquet; or TRAIN_FILES / VAL_FILES), GPUS, LOGGER, MLMT_PYTHON. W&B project mlmt_baselines; outputs
 # in outputs/mlmt_baselines/reinforce_kl (a rerun resumes, the reference as it was at the checkpoint).
 # Evaluate (greedy, GSM8K test, 5-shot):
-#   python -m agent_system.trainer.export --run-dir outputs/mlmt_baselines/reinforce_kl
+#   python -m agent_system.launcher.export --run-dir outputs/mlmt_baselines/reinforce_kl
 #   python -m agent_system.eval.math500 --ll outputs/mlmt_baselines/reinforce_kl/export/global_step_N/ll \
 #       --rounds 0 --data data/gsm8k_5shot/test.parquet --out eval/reinforce_kl --max-tokens 512
 set -xeuo pipefail

@@ -16,7 +16,7 @@ import pytest
 from cue_task import has_cue, right_given_cue_probability
 from mlmt_run import run_main, trajectories
 
-from agent_system.trainer.export import export_checkpoint
+from agent_system.launcher.export import export_checkpoint
 
 pytestmark = pytest.mark.e2e
 

@@ -35,7 +35,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from agent_system.trainer.export import export_checkpoint
+from agent_system.launcher.export import export_checkpoint
 
 pytestmark = pytest.mark.e2e
 # a hang guard, not a time target: these runs take 3-6 min alone, and CI runs two tests at once on 2 cores

@@ -2,7 +2,7 @@
 console, and an exception raised in the worker still reaches the console with the worker's traceback.
 
 A child process stands for the driver (``RunConsole`` + ``start_local_ray`` with the settings of
-``agent_system.trainer.console.ray_settings``, as ``main.run_mlmt`` does); its terminal is what a user sees.
+``agent_system.launcher.console.ray_settings``, as ``main.run_mlmt`` does); its terminal is what a user sees.
 Starts a local Ray instance (about 20 s).
 """
 
@@ -21,8 +21,8 @@ DRIVER = textwrap.dedent(
     """
     import os, sys
     import ray
-    from agent_system.trainer.console import RunConsole, ray_settings
-    from agent_system.trainer.main import start_local_ray
+    from agent_system.launcher.console import RunConsole, ray_settings
+    from agent_system.launcher.main import start_local_ray
 
     @ray.remote(num_cpus=1)
     class Noisy:

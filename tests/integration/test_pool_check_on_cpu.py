@@ -52,7 +52,7 @@ def test_pools_larger_than_the_cluster_fail_at_start_up_with_a_message(tmp_path)
 
 
 def test_each_node_reports_the_paths_it_does_not_see(ray_per_test, tmp_path):
-    from agent_system.trainer.gpu_checks import paths_missing_on_nodes
+    from agent_system.launcher.gpu_checks import paths_missing_on_nodes
 
     missing = paths_missing_on_nodes({"seen": str(tmp_path), "unseen": str(tmp_path / "absent")})
     assert list(missing.values()) == [[f"unseen={tmp_path / 'absent'}"]]  # one node (this machine)

@@ -1,6 +1,6 @@
 """On real verl workers (the LL on two data-parallel ranks): an update from a permuted batch leaves the actor exactly
 as the same batch in its original order does (issue 17, item 8). Rows reach the ranks in a balanced, canonical order
-(``trainer/balance.py``); before, each rank's rows and mini-batches followed the input order, so the two updates
+(``levels/balance.py``); before, each rank's rows and mini-batches followed the input order, so the two updates
 differed (two mini-batches per rank here)."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ pytestmark = pytest.mark.integration
 
 
 def test_permuted_batch_gives_the_same_update(tiny_models, ray_per_test, tmp_path):
+    from agent_system.config import compose_config
+    from agent_system.levels.placement import build_workers
     from agent_system.multi_turn_rollout.batch import build_rows
-    from agent_system.trainer.config import compose_config
-    from agent_system.trainer.placement import build_workers
 
     config = compose_config(
         [

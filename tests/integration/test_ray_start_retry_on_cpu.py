@@ -1,5 +1,5 @@
 """A local Ray start whose node misses Ray's start-up wait is started again, and the failed start leaves no process
-(``agent_system.trainer.main.start_local_ray``, which the trainer and the tests' Ray fixtures use).
+(``agent_system.launcher.main.start_local_ray``, which the trainer and the tests' Ray fixtures use).
 
 Ray's raylet waits a fixed 15 s for its dashboard agent, a Python process it launches, to report its ports; on a
 loaded machine the agent's imports took 17 s, the raylet aborted and ``ray.init`` raised "The current node timed out
@@ -34,7 +34,7 @@ DRIVER = textwrap.dedent(
     """
     import logging
     import psutil, ray
-    from agent_system.trainer.main import start_local_ray
+    from agent_system.launcher.main import start_local_ray
 
     logging.basicConfig(level=logging.WARNING)
     start_local_ray(ray, num_cpus=1, include_dashboard=False)

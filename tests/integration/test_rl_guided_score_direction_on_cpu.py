@@ -59,10 +59,10 @@ def _row_log_probs(group, batch) -> np.ndarray:
 def test_guidance_update_raises_the_feedbacks_that_led_to_a_correct_refinement(tiny_models, ray_per_test):
     from transformers import AutoTokenizer
 
+    from agent_system.config import compose_config
+    from agent_system.levels.placement import build_workers
     from agent_system.trainer import advantages as adv
-    from agent_system.trainer.config import compose_config
     from agent_system.trainer.mlmt_trainer import MLMTTrainer
-    from agent_system.trainer.placement import build_workers
     from agent_system.trainer.rows import StepScores
 
     config = compose_config(

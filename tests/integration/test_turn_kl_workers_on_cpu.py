@@ -31,7 +31,7 @@ def _gaps(group, rows, beta: torch.Tensor) -> tuple[float, float]:
 
 
 def _update(group, rows, advantages: torch.Tensor, beta: torch.Tensor) -> dict[str, float]:
-    from agent_system.trainer.turn_kl import TURN_KL_COEF
+    from agent_system.levels.turn_kl import TURN_KL_COEF
 
     old, _ = group.compute_log_prob(rows)
     rows.batch["old_log_probs"] = old
@@ -44,9 +44,9 @@ def _update(group, rows, advantages: torch.Tensor, beta: torch.Tensor) -> dict[s
 def _ll_group_and_rows(ll_path: str, *overrides: str):
     """The LL's policy group, started as the trainer starts it (β on turn 1, no HL), and 8 fixed rows of random
     tokens (6-token prompts, 8-token responses); returns (group, rows, the generator that drew them)."""
+    from agent_system.config import compose_config
+    from agent_system.levels.placement import build_workers
     from agent_system.multi_turn_rollout.batch import build_rows
-    from agent_system.trainer.config import compose_config
-    from agent_system.trainer.placement import build_workers
 
     config = compose_config(
         [

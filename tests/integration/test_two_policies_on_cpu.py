@@ -69,9 +69,9 @@ def _max_server_actor_gap(policy, rows):
 def test_two_models_independent_and_weight_sync(tiny_models, ray_per_test, rollout):
     from transformers import AutoTokenizer
 
-    from agent_system.trainer.config import compose_config
-    from agent_system.trainer.main import start_policy_groups
-    from agent_system.trainer.placement import build_workers
+    from agent_system.config import compose_config
+    from agent_system.launcher.main import start_policy_groups
+    from agent_system.levels.placement import build_workers
 
     config = compose_config(_overrides(tiny_models, rollout))
     groups, _ = build_workers(config, use_ref={"ll": False, "hl": False})

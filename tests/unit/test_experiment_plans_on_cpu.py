@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from agent_system.trainer.config import ConfigError, compose_config, validate_config
-from agent_system.trainer.main import check_stages_reached, set_schedule_horizon
-from agent_system.trainer.memory_estimate import refuse_overcommit
-from agent_system.trainer.plan import build_plan, refuse_small_mini_batches, render_markdown
+from agent_system.config import ConfigError, compose_config
+from agent_system.launcher.main import check_config, check_stages_reached, set_schedule_horizon
+from agent_system.launcher.memory_estimate import refuse_overcommit
+from agent_system.launcher.plan import build_plan, refuse_small_mini_batches, render_markdown
 
 pytestmark = pytest.mark.external  # runs the bash experiment scripts
 
@@ -83,7 +83,7 @@ def test_every_experiment_script_is_listed():
 @pytest.mark.parametrize("script", SCRIPTS + RECIPES)
 def test_script_plan_reaches_every_stage_and_completes_each_lr_schedule(script, tmp_path):
     config = compose_config(_argv(script, tmp_path))
-    validate_config(config)
+    check_config(config)
     refuse_small_mini_batches(config)  # start-up's mini-batch check: the old ArCHer recipe's 43 steps of 3 rows
     rows = TRAIN_ROWS[script.split("/")[0]]
     set_schedule_horizon(config, rows)
@@ -118,9 +118,9 @@ PLAN_BETAS = {script: SCORE_BETAS for script in SCRIPTS} | {"math/HLT_LLF_RR_1_1
 def test_script_sets_the_per_turn_betas_it_always_had(script, tmp_path, caplog):
     argv = _argv(script, tmp_path)
     assert not [arg for arg in argv if arg.split("=")[0].split(".")[-1] in ("beta1", "beta2", "beta_l", "beta_h")]
-    with caplog.at_level("WARNING", logger="agent_system.trainer.config"):
+    with caplog.at_level("WARNING", logger="agent_system.config"):
         config = compose_config(argv)
-        validate_config(config)
+        check_config(config)
     assert not [record for record in caplog.records if "deprecated" in record.getMessage()]
     plan = build_plan(config, TRAIN_ROWS[script.split("/")[0]], 500)
     betas = [(stage.stage_id, stage.beta_turn1, stage.beta_turn2, stage.beta_turn3) for stage in plan.stages]
@@ -158,7 +158,7 @@ def _gpu_plan(argv: list[str], tmp_path: Path, script: str):
         (folders[name] / "config.json").write_text(json.dumps(shape))
     local = [next((f"{arg.split('=')[0]}={folders[v]}" for v in folders if arg.endswith(f"={v}")), arg) for arg in argv]
     config = compose_config([*local, *GPU_RUN])
-    validate_config(config)
+    check_config(config)
     rows = TRAIN_ROWS[script.split("/")[0]]
     set_schedule_horizon(config, rows)
     return build_plan(config, rows, 500)

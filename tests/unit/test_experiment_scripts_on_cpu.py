@@ -18,7 +18,8 @@ import pytest
 import yaml
 from shared_data import shared_data
 
-from agent_system.trainer.config import compose_config, validate_config
+from agent_system.config import compose_config
+from agent_system.launcher.main import check_config
 
 pytestmark = pytest.mark.external  # runs the bash experiment scripts
 
@@ -120,7 +121,7 @@ def _script_argv(script: str, tmp_path: Path, env: dict | None = None, extra: tu
 def test_script_composes_its_run(script, tmp_path, monkeypatch):
     overrides = _script_argv(script, tmp_path)
     config = compose_config(overrides)
-    validate_config(config)
+    check_config(config)
     assert config.actor_rollout_ref.model.path == config.hl.model.path == MODELS.get(script, LLAMA)
     data = "math" if script.startswith("math/") else "mbpp"
     assert config.data.train_files.startswith(f"data/{data}/")
@@ -208,7 +209,7 @@ RECIPES = {
 def test_recipe_script_composes_its_baseline(script, tmp_path):
     overrides = _script_argv(f"../{script}", tmp_path)
     config = compose_config(overrides)
-    validate_config(config)
+    check_config(config)
     assert config.actor_rollout_ref.model.path == LLAMA and config.data.train_files == "data/math/train.parquet"
     assert config.trainer.project_name == "mlmt_baselines"
     assert config.trainer.experiment_name.startswith(Path(script).parent.name)
@@ -220,7 +221,7 @@ def test_archer_recipe_variants(tmp_path):
     """recipes/archer: TASK=code runs on MBPP with the code run's lengths; FEEDBACK=self and SIGNAL=q act."""
     script = "../recipes/archer/run_archer.sh"
     config = compose_config(_script_argv(script, tmp_path, {"TASK": "code", "FEEDBACK": "self", "SIGNAL": "q"}))
-    validate_config(config)
+    check_config(config)
     assert config.data.train_files == "data/mbpp/train.parquet" and config.data.val_files == "data/mbpp/val.parquet"
     assert (config.data.max_prompt_length, config.data.max_response_length) == (2048, 512)
     assert config.mlmt.feedback == "self" and config.mlmt.archer.actor_signal == "q"
@@ -254,7 +255,7 @@ def test_compare_budget_composes_with_each_baseline(name, tmp_path):
     env = {"GPUS": str(devices), "LL_GPUS": "1", "HL_GPUS": "1"}  # as compare.py runs it
     overrides = _script_argv(f"../{script}", tmp_path, env) + budget_overrides(budget, tmp_path / name, stages)
     config = compose_config(overrides)
-    validate_config(config)
+    check_config(config)
     assert config.trainer.total_training_steps == 4 and config.data.train_batch_size == 2
     assert config.data.train_files is None and config.data.max_response_length == 64  # the embedded task
     assert list(config.mlmt.stages.schedule) == ([0, 3] if stages else [0])
@@ -323,7 +324,7 @@ def test_value_shaping_script_composes_each_variant(value_grad, tmp_path):
         "../recipes/value_shaping/run_value_shaping.sh", tmp_path, {"VALUE_GRAD": value_grad, "VALUE_COEF": "0.3"}
     )
     config = compose_config(overrides)
-    validate_config(config)
+    check_config(config)
     assert config.actor_rollout_ref.model.path == config.hl.model.path == LLAMA
     assert config.data.train_files == "data/math/train.parquet"
     expected = {
@@ -378,7 +379,7 @@ def test_custom_yaml_script_composes_its_run(task, batch, tmp_path):
     if batch:
         env["BATCH"] = batch
     config = compose_config(_script_argv("../recipes/custom_yaml/run_custom_yaml.sh", tmp_path, env))
-    validate_config(config)
+    check_config(config)
     assert config.data.train_files == f"/data/custom_yaml/{task}.parquet"
     assert config.data.val_files == f"/data/custom_yaml/{task}.val.parquet"
     assert config.data.train_batch_size == int(batch or 16)
@@ -392,10 +393,10 @@ def test_custom_yaml_script_composes_its_run(task, batch, tmp_path):
 def test_reinforce_kl_script_composes_the_seed_settings(tmp_path):
     """recipes/reinforce_kl: LLM_RL's settings (kl_coeff 0.25 as the turn-1 β, reference refreshed every 2 steps,
     REINFORCE, one turn) on the 5-shot GSM8K parquet files, a valid config with the LL's reference model."""
-    from agent_system.trainer.config import reference_needed
+    from agent_system.config import reference_needed
 
     config = compose_config(_script_argv("../recipes/reinforce_kl/run_reinforce_kl.sh", tmp_path))
-    validate_config(config)
+    check_config(config)
     assert config.actor_rollout_ref.model.path == LLAMA
     assert config.data.train_files == "data/gsm8k_5shot/train.parquet"
     assert config.data.val_files == "data/gsm8k_5shot/val.parquet"

@@ -19,7 +19,7 @@ def _rows(count: int):
 
 
 def test_pad_to_multiple_adds_masked_rows_only():
-    from agent_system.trainer.policy import pad_to_multiple
+    from agent_system.levels.policy import pad_to_multiple
 
     rows = _rows(5)
     padded, pad = pad_to_multiple(rows, 2)
@@ -36,14 +36,14 @@ def test_pad_to_multiple_adds_masked_rows_only():
     [(6, 4, 2, 2), (12, 16, 2, 12), (8, 16, 4, 8), (12, 8, 2, 6), (2, 16, 2, 2), (4, 1, 2, 2)],
 )
 def test_mini_batch_size_is_a_dp_multiple_dividing_the_batch(total, limit, world, expected):
-    from agent_system.trainer.policy import mini_batch_size
+    from agent_system.levels.policy import mini_batch_size
 
     size = mini_batch_size(total, limit, world)
     assert size == expected and size % world == 0 and (total // world) % (size // world) == 0
 
 
 def test_mini_batch_size_rejects_an_unpadded_batch():
-    from agent_system.trainer.policy import mini_batch_size
+    from agent_system.levels.policy import mini_batch_size
 
     with pytest.raises(ValueError, match="data-parallel"):
         mini_batch_size(5, 4, 2)
@@ -80,9 +80,9 @@ def test_padding_id_falls_back_to_eos_for_padless_tokenizers(tmp_path):
     ],
 )
 def test_hl_replica_ranks_start_after_the_ll_replicas(overrides, offset):
-    from agent_system.trainer.config import compose_config
-    from agent_system.trainer.level_rollout import replica_rank_offset
-    from agent_system.trainer.placement import assign_replica_ranks
+    from agent_system.config import compose_config
+    from agent_system.levels.level_rollout import replica_rank_offset
+    from agent_system.levels.placement import assign_replica_ranks
 
     config = compose_config(overrides)
     assign_replica_ranks(config)
@@ -138,11 +138,12 @@ def test_project_info_logs_survive_vllms_logging_dependency(monkeypatch):
 
 
 def test_rollout_backends_without_per_level_ranks_are_rejected():
-    from agent_system.trainer.config import ConfigError, compose_config, validate_config
+    from agent_system.config import ConfigError, compose_config
+    from agent_system.launcher.main import check_config
 
     config = compose_config(["hl.rollout.name=sglang"])
     with pytest.raises(ConfigError, match=r"hl\.rollout\.name='sglang'"):
-        validate_config(config)
+        check_config(config)
 
 
 def test_turns_from_vllm_outputs_count_truncation_without_a_finish_reason(tmp_path):

@@ -24,11 +24,18 @@ PACKAGE = REPO / "agent_system"
 
 LOWER = ("agent_system.verl_compat", "agent_system.multi_turn_rollout", "agent_system.prompts", "agent_system.rewards")
 LOWER += ("agent_system.data",)
-TRAINER, CPU_BACKEND = "agent_system.trainer", "agent_system.cpu_backend"
+CONFIG = ("agent_system.config", "agent_system.verl_keys")  # the bottom layer the rooms above read
+LEVELS, LOOP, LAUNCHER = "agent_system.levels", "agent_system.trainer", "agent_system.launcher"
+METHODS, CPU_BACKEND = "agent_system.methods", "agent_system.cpu_backend"
+ABOVE_CONFIG = (LEVELS, LOOP, LAUNCHER, METHODS)
 RULES = [
-    *((lower, forbidden) for lower in LOWER for forbidden in (TRAINER, CPU_BACKEND)),
-    ("agent_system.eval", TRAINER),
-    (TRAINER, CPU_BACKEND),
+    *((lower, forbidden) for lower in LOWER for forbidden in (*CONFIG, *ABOVE_CONFIG, CPU_BACKEND)),
+    *((config, forbidden) for config in CONFIG for forbidden in ABOVE_CONFIG),
+    *((LEVELS, forbidden) for forbidden in (LOOP, LAUNCHER, METHODS)),
+    *((LOOP, forbidden) for forbidden in (LAUNCHER, METHODS)),
+    (METHODS, LAUNCHER),
+    *(("agent_system.eval", forbidden) for forbidden in (LEVELS, LOOP, LAUNCHER)),
+    *((room, CPU_BACKEND) for room in (*CONFIG, LEVELS, LOOP, LAUNCHER, METHODS)),
 ]
 
 
@@ -141,13 +148,13 @@ def import_cycles(graph: dict[str, list[tuple[str, int]]]) -> list[list[str]]:
 
 
 def test_the_scanner_sees_lazy_relative_and_importlib_imports(tmp_path):
-    modules = {"agent_system.trainer": Path("t"), "agent_system.trainer.main": Path("m"), "agent_system.x": Path("x")}
+    modules = {"agent_system.launcher": Path("t"), "agent_system.launcher.main": Path("m"), "agent_system.x": Path("x")}
     source = tmp_path / "agent_system" / "x.py"
     source.parent.mkdir()
     source.write_text(
-        "def f():\n    from agent_system.trainer import main\n"
-        "def g():\n    from .trainer.main import thing\n"
-        "importlib.import_module('agent_system.trainer.main')\n"
+        "def f():\n    from agent_system.launcher import main\n"
+        "def g():\n    from .launcher.main import thing\n"
+        "importlib.import_module('agent_system.launcher.main')\n"
     )
     global REPO
     repo, REPO = REPO, tmp_path
@@ -155,18 +162,18 @@ def test_the_scanner_sees_lazy_relative_and_importlib_imports(tmp_path):
         found = imports_of(source, modules)
     finally:
         REPO = repo
-    assert found == [("agent_system.trainer.main", line) for line in (2, 4, 5)]
+    assert found == [("agent_system.launcher.main", line) for line in (2, 4, 5)]
 
 
 def test_the_rules_and_the_cycle_search_catch_a_break():
     graph = {
-        "agent_system.rewards.pool": [("agent_system.trainer.config", 3)],
-        "agent_system.trainer.config": [("agent_system.rewards.pool", 7)],
+        "agent_system.rewards.pool": [("agent_system.config", 3)],
+        "agent_system.config": [("agent_system.rewards.pool", 7)],
     }
-    assert import_cycles(graph) == [["agent_system.rewards.pool", "agent_system.trainer.config"]]
-    assert [(s, t) for s, t in RULES if s == "agent_system.rewards"] == [
-        ("agent_system.rewards", TRAINER),
-        ("agent_system.rewards", CPU_BACKEND),
+    assert import_cycles(graph) == [["agent_system.config", "agent_system.rewards.pool"]]
+    assert rule_breaks(graph) == [
+        "agent_system/rewards/pool.py:3 imports agent_system.config (agent_system.rewards must not import "
+        "agent_system.config)"
     ]
 
 

@@ -15,7 +15,7 @@ def test_plugin_registers_the_hf_and_level_vllm_rollouts():
     assert base.get_rollout_class("hf") is HFServerAdapter
     assert replica.RolloutReplicaRegistry.get("hf") is HFRolloutReplica
     # Named only: importing the level vLLM classes would load vLLM.
-    assert base._ROLLOUT_REGISTRY[("vllm", "async")] == "agent_system.trainer.level_rollout.LevelServerAdapter"
+    assert base._ROLLOUT_REGISTRY[("vllm", "async")] == "agent_system.levels.level_rollout.LevelServerAdapter"
 
 
 def test_register_rollout_adds_any_named_backend():

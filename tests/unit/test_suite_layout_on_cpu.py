@@ -156,7 +156,7 @@ def test_ruff_runs_in_ci_and_before_a_commit_at_the_pinned_version():
 
 def test_deprecations_from_verl_and_vllm_are_shown_and_other_packages_are_not():
     """pyproject's filterwarnings (applied to this test too): a verl upgrade's deprecations reach the summary."""
-    modules = ["verl.workers.fsdp_workers", "vllm", "agent_system.trainer.main", "torch.nn.modules", "verlx", "xvllm"]
+    modules = ["verl.workers.fsdp_workers", "vllm", "agent_system.launcher.main", "torch.nn.modules", "verlx", "xvllm"]
     with warnings.catch_warnings(record=True) as seen:
         for module in modules:
             warnings.warn_explicit(f"deprecated in {module}", DeprecationWarning, "where.py", 1, module=module)

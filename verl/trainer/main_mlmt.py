@@ -12,7 +12,7 @@ import sys
 
 import hydra
 
-from agent_system.trainer.main import run_mlmt, user_errors
+from agent_system.launcher.main import run_mlmt, user_errors
 
 
 @hydra.main(config_path="../../mlmt-configs", config_name="mlmt_trainer", version_base=None)

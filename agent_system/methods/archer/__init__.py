@@ -56,5 +56,55 @@ class ArcherExtension(Extension):
         return {}
 
 
+CHOICES = {"actor_signal": ("advantage", "q"), "v_target_action": ("policy", "buffer")}
+
+
+def config_errors(config, frozen: dict[str, str]) -> list[str]:
+    """Start-up checks of ``mlmt.archer`` (the utterance critic, ``critic.py``) and of where it may be selected."""
+    mlmt, archer, errors = config.mlmt, config.mlmt.archer, []
+    if mlmt.hl.adv_estimator == NAME:
+        errors.append("mlmt.hl.adv_estimator=archer: the utterance critic scores the solver's turns; use it for the LL")
+    errors += [
+        f"mlmt.archer.{key}={archer[key]!r}: choose one of {allowed}"
+        for key, allowed in CHOICES.items()
+        if archer[key] not in allowed
+    ]
+    checks = {
+        "gamma": 0 <= archer.gamma <= 1,
+        "batch_size": archer.batch_size >= 1,
+        "buffer_size": archer.buffer_size >= 1,
+        "micro_batch_size": archer.micro_batch_size >= 1,
+        "updates_per_step": archer.updates_per_step >= 1,
+        "lr": archer.lr > 0,
+        "max_grad_norm": archer.max_grad_norm > 0,
+        "target_refresh_every": archer.target_refresh_every >= 1,
+        "num_gpus": archer.num_gpus >= 0,
+    }
+    bad = [f"mlmt.archer.{key}={archer[key]!r}" for key, ok in checks.items() if not ok]
+    if bad:
+        errors.append(
+            f"invalid {bad}: gamma in [0, 1]; batch_size, buffer_size, micro_batch_size, updates_per_step, "
+            "target_refresh_every >= 1; lr, max_grad_norm > 0; num_gpus >= 0"
+        )
+    if mlmt.ll.adv_estimator == NAME:
+        if frozen["ll"]:
+            errors.append(
+                f"mlmt.ll.adv_estimator=archer with {frozen['ll']}: the utterance critic only gives the solver its "
+                "advantages, and the solver is never updated, yet the critic would be started and trained; use "
+                "another mlmt.ll.adv_estimator (e.g. grpo)"
+            )
+        if 1 in mlmt.stages.stage_ids or any(a > 0 for a in mlmt.stages.alpha):
+            errors.append(
+                "mlmt.ll.adv_estimator=archer rewards the critic with R1 (single turn) or R3 (end of the episode): "
+                "mlmt.stages.stage_ids=1 and mlmt.stages.alpha > 0 would not reach it; use stage_ids [2] and alpha 0"
+            )
+    return errors
+
+
+def model_path_keys(config) -> list[str]:
+    """The utterance critic's model when the solver uses ArCHer."""
+    return ["mlmt.archer.critic_model_path"] if config.mlmt.ll.adv_estimator == NAME else []
+
+
 def extension(config) -> ArcherExtension | None:
     return ArcherExtension() if config.mlmt.ll.adv_estimator == NAME else None

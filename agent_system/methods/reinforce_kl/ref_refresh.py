@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 
 from agent_system import verl_compat as vc
-from agent_system.trainer.turn_kl import ActorWorker
+from agent_system.levels.turn_kl import ActorWorker
 
 logger = logging.getLogger(__name__)
 

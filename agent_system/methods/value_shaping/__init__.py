@@ -7,6 +7,7 @@ reward). The functions: :mod:`agent_system.methods.value_shaping.shaping`.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -35,7 +36,9 @@ def solver_rewards(rows, scores, stage, mlmt, inputs) -> np.ndarray:
     return shaping.solver_rewards(rows.turn, r3_of_row, scores.r3[rows.problem, rows.attempt], symmetric)
 
 
-@register_task_reward(SHAPED, selects=lambda level, mlmt: level == "hl" and mlmt.reward.hl_reward == SHAPED)
+@register_task_reward(
+    SHAPED, selects=lambda level, mlmt: level == "hl" and mlmt.reward.hl_reward == SHAPED, hl_reward=True
+)
 def shaped_hl_rewards(rows, scores, stage, mlmt, inputs) -> np.ndarray:
     """S2 = R3 + c·V(x, z, g) of each feedback, V from ``inputs.features["feedback_values"]``."""
     r3 = scores.r3[rows.problem, rows.attempt, rows.feedback]
@@ -50,8 +53,9 @@ class ValueShaping(Extension):
 
     name = "value_shaping"
 
-    def __init__(self, baseline: bool, shaped: bool, full_grad: bool) -> None:
-        self.baseline, self.shaped, self.full_grad = baseline, shaped, full_grad
+    def __init__(self, baseline: bool, shaped: bool, settings) -> None:
+        self.baseline, self.shaped, self.full_grad = baseline, shaped, settings.value_grad == "full"
+        self.value_coef, self.value_grad = settings.value_coef, settings.value_grad
         # the HL's reward reads the LL's critic before the LL's update (and, full-grad, the LL's critic loss reads
         # the HL's pre-update log-probs)
         self.builds_first = shaped
@@ -66,6 +70,12 @@ class ValueShaping(Extension):
             features = inputs.features.get(FEEDBACK_VALUES)
             return shaping.level_metrics(level, inputs.values, result.returns, features, inputs.response_mask)
         return {}
+
+    def critic_loss(self, level: str):
+        """The LL critic's loss with the shaping term (``shaping.critic_loss``) when the HL's reward reads V."""
+        if level == "ll" and self.shaped:
+            return partial(shaping.critic_loss, value_coef=self.value_coef, value_grad=self.value_grad)
+        return None
 
     def before_updates(self, trainer, batches) -> None:
         if self.full_grad and {"ll", "hl"} <= batches.keys():
@@ -92,4 +102,9 @@ def extension(config) -> ValueShaping | None:
     baseline, shaped = mlmt.ll.adv_estimator == BASELINE, mlmt.reward.get("hl_reward") == SHAPED
     if not (baseline or shaped):
         return None
-    return ValueShaping(baseline, shaped, mlmt.value_shaping.value_grad == "full")
+    return ValueShaping(baseline, shaped, mlmt.value_shaping)
+
+
+def config_errors(config, frozen: dict[str, str]) -> list[str]:
+    """Contradictory or inert value-shaping settings (``shaping.config_errors``)."""
+    return shaping.config_errors(config, frozen)

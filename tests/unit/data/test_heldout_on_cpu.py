@@ -141,8 +141,8 @@ def test_test_split_rows_are_refused_by_file_and_count(prepared):
 
 def test_preflight_refuses_test_split_training_rows_before_ray(prepared, tmp_path):
     """The entry point's first step (``main.preflight``, before Ray and any worker) makes the check, plan_only too."""
-    from agent_system.trainer.config import compose_config
-    from agent_system.trainer.main import preflight
+    from agent_system.config import compose_config
+    from agent_system.launcher.main import preflight
 
     test = str(prepared / "math500/test.parquet")
     config = compose_config([f"data.train_files={test}", f"trainer.default_local_dir={tmp_path / 'run'}"])

@@ -82,7 +82,7 @@ def test_how_to_make_each_data_file():
 
 
 def test_trainer_missing_data_file_says_how_to_make_it(tmp_path):
-    from agent_system.trainer.main import _read_frame
+    from agent_system.launcher.main import _read_frame
 
     with pytest.raises(FileNotFoundError, match="data.train_files / data.val_files.*prepare_all.sh"):
         _read_frame(str(tmp_path / "data" / "gsm8k" / "train.parquet"))
@@ -101,7 +101,7 @@ def test_eval_wrong_model_path_is_refused_before_the_out_folder_records_it(tmp_p
 
 @pytest.mark.external
 def test_export_without_a_checkpoint_names_the_run_folder_to_give(tmp_path):
-    command = [sys.executable, "-m", "agent_system.trainer.export", "--run-dir", "outputs/mlmt_rl/default"]
+    command = [sys.executable, "-m", "agent_system.launcher.export", "--run-dir", "outputs/mlmt_rl/default"]
     done = _run(command, tmp_path)
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert "no complete checkpoint under outputs/mlmt_rl/default/checkpoints" in done.stderr

@@ -16,6 +16,8 @@ import numpy as np
 import pytest
 import torch
 
+from agent_system.config import ConfigError, compose_config
+from agent_system.launcher.main import check_config
 from agent_system.methods.archer.critic import (
     ReplayBuffer,
     Transition,
@@ -24,7 +26,6 @@ from agent_system.methods.archer.critic import (
     episode_transitions,
 )
 from agent_system.trainer.advantages import compute_advantages
-from agent_system.trainer.config import ConfigError, compose_config, validate_config
 
 
 @pytest.fixture(scope="module")
@@ -215,7 +216,7 @@ def test_actor_signal_and_archer_advantages():
 def test_archer_settings_are_checked_at_start_up(override, key):
     config = compose_config(["mlmt.ll.adv_estimator=archer", "mlmt.feedback=self", "mlmt.n=1", "mlmt.m=1", override])
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
-        validate_config(config)
+        check_config(config)
 
 
 def test_archer_configs_are_valid():
@@ -224,5 +225,5 @@ def test_archer_configs_are_valid():
         if feedback == "model":
             overrides.append("mlmt.hl.adv_estimator=reinforce")
         config = compose_config(overrides)
-        validate_config(config)
+        check_config(config)
         assert config.mlmt.archer.critic_model_path == config.actor_rollout_ref.model.path

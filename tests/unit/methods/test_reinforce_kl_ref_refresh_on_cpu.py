@@ -7,13 +7,14 @@ from __future__ import annotations
 import pytest
 import torch
 
+from agent_system.config import ConfigError, compose_config
+from agent_system.launcher.main import check_config
 from agent_system.methods.reinforce_kl.ref_refresh import (
     ReferenceRefresh,
     copy_parameters,
     load_shard_state,
     shard_state,
 )
-from agent_system.trainer.config import ConfigError, compose_config, validate_config
 
 
 def _model(seed: int) -> torch.nn.Module:
@@ -68,11 +69,11 @@ SINGLE_TURN = ["mlmt.feedback=none", "mlmt.ll.adv_estimator=reinforce", "mlmt.n=
 
 def test_config_needs_a_reference_model():
     with pytest.raises(ConfigError, match="mlmt.ll.ref_refresh_freq=2 .*mlmt.stages.beta_turn1.*use_kl_loss"):
-        validate_config(compose_config([*SINGLE_TURN, "mlmt.ll.ref_refresh_freq=2"]))
+        check_config(compose_config([*SINGLE_TURN, "mlmt.ll.ref_refresh_freq=2"]))
     with pytest.raises(ConfigError, match="mlmt.ll.ref_refresh_freq=-1"):
-        validate_config(compose_config([*SINGLE_TURN, "mlmt.ll.ref_refresh_freq=-1", "mlmt.stages.beta_turn1=[0.25]"]))
-    validate_config(compose_config([*SINGLE_TURN, "mlmt.ll.ref_refresh_freq=2", "mlmt.stages.beta_turn1=[0.25]"]))
-    validate_config(
+        check_config(compose_config([*SINGLE_TURN, "mlmt.ll.ref_refresh_freq=-1", "mlmt.stages.beta_turn1=[0.25]"]))
+    check_config(compose_config([*SINGLE_TURN, "mlmt.ll.ref_refresh_freq=2", "mlmt.stages.beta_turn1=[0.25]"]))
+    check_config(
         compose_config([*SINGLE_TURN, "mlmt.ll.ref_refresh_freq=2", "actor_rollout_ref.actor.use_kl_loss=true"])
     )
     assert compose_config([]).mlmt.ll.ref_refresh_freq == 0  # the default: never

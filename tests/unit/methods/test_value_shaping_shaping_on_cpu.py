@@ -22,13 +22,14 @@ from omegaconf import OmegaConf
 from verl.trainer.config import AlgoConfig
 
 from agent_system import verl_compat as vc
+from agent_system.config import ConfigError, compose_config
+from agent_system.launcher.main import check_config
+from agent_system.levels import critic as critic_module
+from agent_system.levels.policy import to_padding_free
 from agent_system.methods.value_shaping import shaping as vs
 from agent_system.multi_turn_rollout.batch import build_rows
 from agent_system.trainer import advantages as adv
-from agent_system.trainer import critic as critic_module
 from agent_system.trainer.advantages import Stage
-from agent_system.trainer.config import ConfigError, compose_config, validate_config
-from agent_system.trainer.policy import to_padding_free
 from agent_system.trainer.rows import LevelInputs, RowKeys, StepScores
 
 # one problem, n = 2 attempts, m = 2 feedbacks each: LL rows (turn 1, turn 3) and HL rows (turn 2)
@@ -295,15 +296,16 @@ def _broken(config, **changes):
 
 
 def test_the_recipes_configs_are_valid(shaped_config):
-    validate_config(shaped_config)
-    validate_config(_broken(shaped_config, **{"mlmt.value_shaping.value_grad": "stop"}))
+    check_config(shaped_config)
+    check_config(_broken(shaped_config, **{"mlmt.value_shaping.value_grad": "stop"}))
 
 
 @pytest.mark.parametrize(
     ("changes", "message"),
     [
         ({"mlmt.value_shaping.value_grad": "sideways"}, "mlmt.value_shaping.value_grad='sideways'"),
-        ({"mlmt.feedback": "self"}, "needs mlmt.feedback=model"),
+        # the core's check (config.validate_config) runs before the method's ("needs mlmt.feedback=model")
+        ({"mlmt.feedback": "self"}, "mlmt.feedback=self has no feedback writer (HL), so ['mlmt.reward.hl_reward']"),
         ({"mlmt.ll.adv_estimator": "grpo"}, "set mlmt.ll.adv_estimator=value_baseline"),
         ({"mlmt.value_shaping.value_coef": 0.0}, "mlmt.value_shaping.value_coef=0"),
         ({"mlmt.hl.freeze": True}, "mlmt.hl.freeze=true"),
@@ -320,12 +322,12 @@ def test_the_recipes_configs_are_valid(shaped_config):
 )
 def test_contradictory_or_inert_combinations_are_rejected_by_name(shaped_config, changes, message):
     with pytest.raises(ConfigError, match=re.escape(message)):
-        validate_config(_broken(shaped_config, **changes))
+        check_config(_broken(shaped_config, **changes))
 
 
 def test_symmetric_reward_alone_is_inert():
     config = compose_config(["mlmt.value_shaping.symmetric_reward=true"])
     with pytest.raises(ConfigError, match="symmetric_reward=true acts only with"):
-        validate_config(config)
+        check_config(config)
     with pytest.raises(ConfigError, match="mlmt.feedback=none has none"):
-        validate_config(compose_config(["mlmt.feedback=none", "mlmt.ll.adv_estimator=value_baseline", "mlmt.n=2"]))
+        check_config(compose_config(["mlmt.feedback=none", "mlmt.ll.adv_estimator=value_baseline", "mlmt.n=2"]))

@@ -10,10 +10,10 @@ import datetime as real_datetime
 import pytest
 import transformers.utils.chat_template_utils as chat_template_utils
 
+from agent_system.config import compose_config
 from agent_system.eval.math500 import RESULT_KEYS
 from agent_system.models.tiny import build_tiny_tokenizer
 from agent_system.prompts.templates import CHAT_TEMPLATE_DATE, PromptBuilder, Task
-from agent_system.trainer.config import compose_config
 
 # the date logic and header of Llama 3.2's template, on the tiny tokenizer's vocabulary
 LLAMA3_STYLE = (

@@ -12,11 +12,12 @@ import json
 import pytest
 from scripted_policy import ScriptedPolicy
 
+from agent_system.config import ConfigError, compose_config
+from agent_system.launcher.main import check_config
 from agent_system.multi_turn_rollout.episode import EpisodeRunner, EpisodeSettings
 from agent_system.prompts.templates import PromptBuilder, Task
 from agent_system.rewards.code_reward import execution_result
 from agent_system.rewards.code_sandbox import SandboxLimits
-from agent_system.trainer.config import ConfigError, compose_config, validate_config
 
 ROOMY = SandboxLimits(timeout_s=60.0, per_test_s=30.0)
 HIDDEN_EXPECTED = 98765  # the expected value of a hidden test: must never reach the HL
@@ -84,7 +85,7 @@ def test_a_task_that_shows_no_test():
 
 def test_the_option_is_validated_at_start_up():
     with pytest.raises(ConfigError, match="mlmt.code_feedback_tests='some'"):
-        validate_config(compose_config(["mlmt.code_feedback_tests=some"]))
+        check_config(compose_config(["mlmt.code_feedback_tests=some"]))
     with pytest.raises(ConfigError, match="mlmt.code_feedback_tests=all cannot act with mlmt.feedback=self"):
-        validate_config(compose_config(["mlmt.code_feedback_tests=all", "mlmt.feedback=self"]))
-    validate_config(compose_config(["mlmt.code_feedback_tests=all"]))
+        check_config(compose_config(["mlmt.code_feedback_tests=all", "mlmt.feedback=self"]))
+    check_config(compose_config(["mlmt.code_feedback_tests=all"]))

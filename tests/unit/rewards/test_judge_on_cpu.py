@@ -131,9 +131,9 @@ def test_pool_kills_a_worker_stuck_on_a_slow_judge(base_url):
 
 def test_the_trainer_reads_its_judge_from_the_config_and_only_the_key_from_the_environment(monkeypatch):
     """mlmt.reward.judge: off by default; named in the config (which the run records); checked before any worker."""
+    from agent_system.config import compose_config
+    from agent_system.launcher.main import build_trainer
     from agent_system.rewards.judge import trainer_judge
-    from agent_system.trainer.config import compose_config
-    from agent_system.trainer.main import build_trainer
 
     monkeypatch.delenv("MLMT_JUDGE_BASE_URL", raising=False)
     monkeypatch.delenv("MLMT_JUDGE_MODEL", raising=False)

@@ -15,11 +15,12 @@ import pytest
 import torch
 
 from agent_system import methods
+from agent_system.config import ConfigError, compose_config
+from agent_system.launcher.main import check_config
 from agent_system.multi_turn_rollout.episode import Attempt, Episode, Refinement, Turn
 from agent_system.prompts.templates import Prompt, Task
 from agent_system.rewards import RewardPool, leak
 from agent_system.trainer import advantages as adv
-from agent_system.trainer.config import ConfigError, compose_config, validate_config
 from agent_system.trainer.metrics import episode_metrics, trajectory_records
 from agent_system.trainer.mlmt_trainer import MLMTTrainer
 from agent_system.trainer.rows import LevelInputs, RowKeys, StepScores
@@ -324,8 +325,8 @@ def test_leak_penalty_in_the_logged_hl_reward_and_the_leak_metrics(pool):
 
 def test_leak_penalty_is_validated_by_name():
     with pytest.raises(ConfigError, match="mlmt.reward.leak_penalty=-1"):
-        validate_config(compose_config(["mlmt.reward.leak_penalty=-1"]))
+        check_config(compose_config(["mlmt.reward.leak_penalty=-1"]))
     for extra in (["mlmt.feedback=self"], ["mlmt.hl.freeze=true"]):
         with pytest.raises(ConfigError, match="leak_penalty"):
-            validate_config(compose_config(["mlmt.reward.leak_penalty=0.5", *extra]))
-    validate_config(compose_config(["mlmt.reward.leak_penalty=0.5"]))
+            check_config(compose_config(["mlmt.reward.leak_penalty=0.5", *extra]))
+    check_config(compose_config(["mlmt.reward.leak_penalty=0.5"]))

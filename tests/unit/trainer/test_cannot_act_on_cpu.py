@@ -7,10 +7,10 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
+from agent_system.config import ConfigError, compose_config
+from agent_system.launcher.main import check_config, check_stages_reached, preflight
+from agent_system.launcher.plan import build_plan
 from agent_system.trainer.advantages import stage_at
-from agent_system.trainer.config import ConfigError, compose_config, validate_config
-from agent_system.trainer.main import check_stages_reached, preflight
-from agent_system.trainer.plan import build_plan
 
 REJECTED = [
     (["mlmt.hl.freeze=true", "mlmt.reward.hl_reward=contrastive"], ["mlmt.reward.hl_reward=contrastive",
@@ -59,14 +59,14 @@ ACCEPTED = [
 @pytest.mark.parametrize(("overrides", "keys"), REJECTED)
 def test_setting_that_cannot_act_is_rejected_naming_its_keys(overrides, keys):
     with pytest.raises(ConfigError) as error:
-        validate_config(compose_config(overrides))
+        check_config(compose_config(overrides))
     for key in keys:
         assert key in str(error.value), (key, str(error.value))
 
 
 @pytest.mark.parametrize("overrides", ACCEPTED)
 def test_neighbour_that_can_act_is_accepted(overrides):
-    validate_config(compose_config(overrides))
+    check_config(compose_config(overrides))
 
 
 STAGES_200 = [
@@ -83,7 +83,7 @@ EARLY = ["trainer.total_training_steps=null", "trainer.total_epochs=3", "data.tr
 def test_stage_after_the_last_step_is_rejected_with_epochs_computed_from_the_data():
     # the early math scripts' setting: 3 epochs of MATH's 7,500 problems at 128 per step = 3 × 58 = 174 steps
     config = compose_config([*EARLY, *STAGES_200])
-    validate_config(config)  # nothing data-free is wrong with it
+    check_config(config)  # nothing data-free is wrong with it
     with pytest.raises(ConfigError) as error:
         check_stages_reached(config, train_rows=7500)
     message = str(error.value)
@@ -124,7 +124,7 @@ def test_stage_that_the_next_one_replaces_before_it_runs_is_rejected(schedule, s
     """Steps count from 1: a stage at 0 followed by one at 1, or two stages at one step, leave a stage that never runs
     (``advantages.stage_at`` picks the last stage started), as one that starts after the last step."""
     config = compose_config(_stages(schedule))
-    validate_config(config)  # nothing else is wrong with it
+    check_config(config)  # nothing else is wrong with it
     assert {s.index for s in build_plan(config, 10, None).stages if not s.reached} == {stage}  # NEVER REACHED
     assert stage not in {stage_at(config.mlmt.stages, step)[0] for step in range(1, 101)}
     with pytest.raises(ConfigError) as error:

@@ -6,7 +6,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from agent_system import verl_plugin
-from agent_system.trainer.config import ConfigError, checkpoints_to_keep, compose_config, level_view, validate_config
+from agent_system.config import ConfigError, checkpoints_to_keep, compose_config, level_view
+from agent_system.launcher.main import check_config
 
 OVERRIDES = [
     "hl.actor.optim.lr=5e-7",
@@ -60,7 +61,7 @@ def test_user_override_beats_the_overlay(config):
 
 
 def test_composed_config_is_valid(config):
-    validate_config(config)
+    check_config(config)
 
 
 def test_ll_view_is_the_config_itself(config):
@@ -117,19 +118,19 @@ def test_validate_rejects_with_the_key_named(cfg, changes, key):
     for path, value in changes.items():
         OmegaConf.update(cfg, path, value)
     with pytest.raises(ConfigError) as error:
-        validate_config(cfg)
+        check_config(cfg)
     assert key in str(error.value)
 
 
 def test_hl_reinforce_is_fine_with_one_feedback(cfg):
     OmegaConf.update(cfg, "mlmt.m", 1)
     OmegaConf.update(cfg, "mlmt.hl.adv_estimator", "reinforce")
-    validate_config(cfg)
+    check_config(cfg)
 
 
 def test_one_frozen_level_is_fine(cfg):
     OmegaConf.update(cfg, "mlmt.hl.freeze", True)
-    validate_config(cfg)
+    check_config(cfg)
 
 
 def test_two_stage_schedule_is_fine(cfg):
@@ -137,7 +138,7 @@ def test_two_stage_schedule_is_fine(cfg):
         OmegaConf.update(cfg, f"mlmt.stages.{key}", [0.0, 0.1])
     OmegaConf.update(cfg, "mlmt.stages.schedule", [0, 50])
     OmegaConf.update(cfg, "mlmt.stages.stage_ids", [1, 2])
-    validate_config(cfg)
+    check_config(cfg)
 
 
 # ---------------------------------------------------------------- provably inert combinations (issue 8, defect 3)
@@ -178,7 +179,7 @@ def test_validate_rejects_inert_combinations_naming_the_keys(cfg, changes, keys)
     for path, value in changes.items():
         OmegaConf.update(cfg, path, value)
     with pytest.raises(ConfigError) as error:
-        validate_config(cfg)
+        check_config(cfg)
     for key in keys:
         assert key in str(error.value)
 
@@ -203,26 +204,26 @@ def test_validate_rejects_inert_combinations_naming_the_keys(cfg, changes, keys)
 def test_acting_combinations_are_accepted(cfg, changes):
     for path, value in changes.items():
         OmegaConf.update(cfg, path, value)
-    validate_config(cfg)
+    check_config(cfg)
 
 
 def test_prompt_overrides_from_the_command_line_are_validated():
     """``+mlmt.prompts.overrides.<name>='...'`` (the value quoted for Hydra: braces are its dict syntax)."""
     config = compose_config(["+mlmt.prompts.overrides.code_feedback='Review {attempt} given {execution}: {problem}'"])
-    validate_config(config)
+    check_config(config)
     assert config.mlmt.prompts.overrides.code_feedback == "Review {attempt} given {execution}: {problem}"
     for override, key in (
         ("+mlmt.prompts.overrides.solv='{problem}'", "mlmt.prompts.overrides.solv"),
         ("+mlmt.prompts.overrides.code_solve='{problem} {tests}'", "mlmt.prompts.overrides.code_solve"),
     ):
         with pytest.raises(ConfigError, match=key):
-            validate_config(compose_config([override]))
+            check_config(compose_config([override]))
 
 
 def test_cpu_token_caps_fit_the_longest_row_unless_the_user_set_them():
     """verl's dynamic batching rejects a row longer than its micro-batch token cap: the CPU overlay's small caps are
     raised to prompt budget + longest response (a 4096-token MATH prompt budget would otherwise crash mid-run)."""
-    from agent_system.trainer.config import TOKEN_CAPS, apply_hardware_overlay
+    from agent_system.config import TOKEN_CAPS, apply_hardware_overlay
 
     if not verl_plugin.CPU_BACKEND_ACTIVE:
         pytest.skip("the CPU overlay applies on the CPU backend only")
@@ -245,7 +246,7 @@ def test_cpu_token_caps_fit_the_longest_row_unless_the_user_set_them():
 def test_checkpoints_to_keep_is_verls_actor_limit(cfg, actor, critic, kept):
     OmegaConf.update(cfg, "trainer.max_actor_ckpt_to_keep", actor)
     OmegaConf.update(cfg, "trainer.max_critic_ckpt_to_keep", critic)
-    validate_config(cfg)
+    check_config(cfg)
     assert checkpoints_to_keep(cfg) == kept
 
 
@@ -265,7 +266,7 @@ def test_a_retention_limit_that_cannot_act_is_refused_by_name(cfg, actor, critic
     OmegaConf.update(cfg, "trainer.max_actor_ckpt_to_keep", actor)
     OmegaConf.update(cfg, "trainer.max_critic_ckpt_to_keep", critic)
     with pytest.raises(ConfigError) as error:
-        validate_config(cfg)
+        check_config(cfg)
     assert named in str(error.value)
 
 
@@ -274,7 +275,7 @@ def test_a_retention_limit_that_cannot_act_is_refused_by_name(cfg, actor, critic
 def test_a_checkpoint_engine_backend_other_than_naive_is_refused_by_name(cfg, tree, backend):
     OmegaConf.update(cfg, f"{tree}.rollout.checkpoint_engine.backend", backend)
     with pytest.raises(ConfigError) as error:
-        validate_config(cfg)
+        check_config(cfg)
     assert f"{tree}.rollout.checkpoint_engine.backend={backend!r}" in str(error.value)
     assert str(error.value).endswith(f"set {tree}.rollout.checkpoint_engine.backend=naive")
 
@@ -282,4 +283,4 @@ def test_a_checkpoint_engine_backend_other_than_naive_is_refused_by_name(cfg, tr
 def test_without_an_hl_its_checkpoint_engine_is_not_read(cfg):
     OmegaConf.update(cfg, "mlmt.feedback", "self")
     OmegaConf.update(cfg, "hl.rollout.checkpoint_engine.backend", "nccl")
-    validate_config(cfg)
+    check_config(cfg)

@@ -1,4 +1,4 @@
-"""The run console (agent_system/trainer/console.py): the per-step line, the final summary's figures, and the driver's
+"""The run console (agent_system/launcher/console.py): the per-step line, the final summary's figures, and the driver's
 output capture (a child process stands for the driver: what it leaves on its terminal is what a user sees)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from agent_system.trainer.console import Accuracy, final_summary, step_line
+from agent_system.launcher.console import Accuracy, final_summary, step_line
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -75,7 +75,7 @@ def test_final_summary_per_level():
 DRIVER = textwrap.dedent(
     """
     import logging, os, sys
-    from agent_system.trainer.console import RunConsole
+    from agent_system.launcher.console import RunConsole
     logging.basicConfig(level=logging.INFO)
     with RunConsole(sys.argv[1]) as console:
         print("library print NOISE-1")

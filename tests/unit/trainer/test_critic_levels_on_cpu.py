@@ -9,11 +9,11 @@ import copy
 import pytest
 from omegaconf import OmegaConf
 
-from agent_system.trainer.advantages import VALUE_ESTIMATORS, register_value_estimator
-from agent_system.trainer.config import compose_config, critic_levels
-from agent_system.trainer.gpu_checks import shared_paths
-from agent_system.trainer.main import resolve_model_paths
-from agent_system.trainer.plan import critic_name
+from agent_system.config import compose_config
+from agent_system.launcher.gpu_checks import shared_paths
+from agent_system.launcher.main import resolve_model_paths
+from agent_system.launcher.plan import critic_name
+from agent_system.trainer.advantages import VALUE_ESTIMATORS, critic_levels, register_value_estimator
 
 BASE = compose_config([])  # composed once: the cases below change only mlmt keys
 

@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
+from agent_system.config import ConfigError, compose_config
+from agent_system.launcher.main import check_config
 from agent_system.trainer import advantages as adv
-from agent_system.trainer.config import ConfigError, compose_config, validate_config
 
 SCORE_LIKE = ["mlmt.stages.schedule=[0,200]", "mlmt.stages.stage_ids=[1,2]", "mlmt.stages.alpha=[0.0,10.0]"]
 OLD = [  # the seed's experiment scripts
@@ -26,7 +27,7 @@ TURNS = np.array([1, 2, 3])
 
 def _stages(overrides):
     config = compose_config(overrides)
-    validate_config(config)
+    check_config(config)
     return config.mlmt.stages
 
 
@@ -55,9 +56,9 @@ def test_beta1_and_beta2_fold_into_the_turn1_beta_of_each_stage(overrides, beta_
 
 
 def test_the_deprecation_warning_names_old_and_new_keys_once(caplog):
-    with caplog.at_level(logging.WARNING, logger="agent_system.trainer.config"):
+    with caplog.at_level(logging.WARNING, logger="agent_system.config"):
         config = compose_config([*SCORE_LIKE, *OLD])
-        validate_config(config)  # already converted: no second warning
+        check_config(config)  # already converted: no second warning
     warnings = [record.getMessage() for record in caplog.records if "deprecated" in record.getMessage()]
     assert len(warnings) == 1, warnings
     for text in (
@@ -69,7 +70,7 @@ def test_the_deprecation_warning_names_old_and_new_keys_once(caplog):
 
 
 def test_new_keys_alone_log_no_deprecation(caplog):
-    with caplog.at_level(logging.WARNING, logger="agent_system.trainer.config"):
+    with caplog.at_level(logging.WARNING, logger="agent_system.config"):
         _stages([*SCORE_LIKE, *NEW])
     assert not [record for record in caplog.records if "deprecated" in record.getMessage()]
 
@@ -109,7 +110,7 @@ def test_validation_converts_old_keys_set_after_composition():
     OmegaConf.update(config, "mlmt.stages.beta_turn1", [0.0])  # back to the default: unset
     OmegaConf.update(config, "mlmt.stages.beta1", [0.0, 0.01, 0.02])
     with pytest.raises(ConfigError, match=r"mlmt.stages.beta1 has 3 values; mlmt.stages.schedule has 2"):
-        validate_config(config)
+        check_config(config)
     OmegaConf.update(config, "mlmt.stages.beta1", [0.0, 0.03])
-    validate_config(config)
+    check_config(config)
     assert list(config.mlmt.stages.beta_turn1) == [0.0, 0.03] and config.mlmt.stages.beta1 is None

@@ -11,8 +11,8 @@ import torch
 from omegaconf import OmegaConf
 
 from agent_system import methods
+from agent_system.config import compose_config
 from agent_system.trainer import advantages as adv
-from agent_system.trainer.config import compose_config
 from agent_system.trainer.mlmt_trainer import MLMTTrainer
 from agent_system.trainer.rows import LevelInputs, RowKeys, StepScores
 
@@ -42,8 +42,8 @@ def test_each_method_is_selected_by_its_own_keys(overrides, selected):
 
 
 def test_only_a_run_with_the_reference_refresh_gets_the_refreshable_worker():
+    from agent_system.levels.turn_kl import ActorWorker
     from agent_system.methods.reinforce_kl.ref_refresh import RefreshableActorWorker
-    from agent_system.trainer.turn_kl import ActorWorker
 
     def classes(overrides):
         extensions = methods.load(compose_config(overrides))

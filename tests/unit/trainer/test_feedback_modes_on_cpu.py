@@ -12,13 +12,14 @@ import torch
 from omegaconf import OmegaConf
 from transformers import AutoTokenizer
 
+from agent_system.config import ConfigError, compose_config, has_hl
 from agent_system.cpu_backend.hf_server import HFRolloutServer
+from agent_system.launcher.main import check_config
 from agent_system.multi_turn_rollout.episode import EpisodeRunner, EpisodeSettings
 from agent_system.multi_turn_rollout.stopping import stop_tokens
 from agent_system.prompts.templates import PromptBuilder, Task
 from agent_system.trainer import advantages as adv
 from agent_system.trainer.advantages import Stage
-from agent_system.trainer.config import ConfigError, compose_config, has_hl, validate_config
 from agent_system.trainer.metrics import episode_metrics, trajectory_records
 from agent_system.trainer.rows import LevelInputs, RowKeys, StepScores
 
@@ -37,10 +38,10 @@ def _with(config, **mlmt):
 
 def test_modes_validate_and_drop_the_hl(base):
     for mode in ("model", "self", "none"):
-        validate_config(_with(base, feedback=mode))
+        check_config(_with(base, feedback=mode))
     assert has_hl(base) and not has_hl(_with(base, feedback="self"))
     with pytest.raises(ConfigError, match="mlmt.feedback='critic'"):
-        validate_config(_with(base, feedback="critic"))
+        check_config(_with(base, feedback="critic"))
 
 
 @pytest.mark.parametrize(
@@ -56,13 +57,13 @@ def test_modes_validate_and_drop_the_hl(base):
 )
 def test_knobs_that_need_an_hl_or_a_turn_3_are_rejected(base, mode, knobs, named):
     with pytest.raises(ConfigError, match=named):
-        validate_config(_with(base, feedback=mode, **knobs))
+        check_config(_with(base, feedback=mode, **knobs))
 
 
 def test_score_stages_are_valid_without_an_hl(base):
     score = {"stages.schedule": [0, 3], "stages.stage_ids": [1, 2], "stages.alpha": [0.0, 10.0]}
     score.update({"stages.beta_turn1": [0.1, 0.01], "stages.beta_turn2": [0.0, 0.0], "stages.beta_turn3": [0.0, 0.0]})
-    validate_config(_with(base, feedback="self", **score))
+    check_config(_with(base, feedback="self", **score))
 
 
 @pytest.fixture(scope="module")

@@ -1,11 +1,11 @@
-"""Start-up checks of the device path (agent_system/trainer/gpu_checks.py), computed from the facts they take: Ray's
+"""Start-up checks of the device path (agent_system/launcher/gpu_checks.py), computed from the facts they take: Ray's
 free resources per node, whether flash_attn imports, the devices. No Ray here; the check against a live Ray cluster
 runs in tests/integration/test_pool_check_on_cpu.py."""
 
 import pytest
 
-from agent_system.trainer.config import ConfigError, compose_config, level_nodes
-from agent_system.trainer.gpu_checks import idle_devices_notice, pool_demands, pools_fit_message
+from agent_system.config import ConfigError, compose_config, level_nodes
+from agent_system.launcher.gpu_checks import idle_devices_notice, pool_demands, pools_fit_message
 
 
 def _nodes(count: int, gpus: int, cpus: int = 64) -> dict[str, dict[str, float]]:
@@ -101,7 +101,7 @@ SECTIONS = ("actor_rollout_ref.model", "hl.model", "critic.model", "hl_critic.mo
 def test_without_flash_attn_every_model_of_both_levels_uses_sdpa_unpacked(gpu_config):
     from omegaconf import OmegaConf
 
-    from agent_system.trainer.gpu_checks import attention_fallback
+    from agent_system.launcher.gpu_checks import attention_fallback
 
     for section in SECTIONS:  # verl's defaults: flash_attention_2 (unset) on packed sequences
         assert "attn_implementation" not in OmegaConf.select(gpu_config, f"{section}.override_config")
@@ -117,7 +117,7 @@ def test_without_flash_attn_every_model_of_both_levels_uses_sdpa_unpacked(gpu_co
 def test_with_flash_attn_or_on_cpu_verls_default_is_kept(gpu_config):
     from omegaconf import OmegaConf
 
-    from agent_system.trainer.gpu_checks import attention_fallback
+    from agent_system.launcher.gpu_checks import attention_fallback
 
     before = OmegaConf.to_container(gpu_config)
     assert attention_fallback(gpu_config, on_gpu=True, flash_attn=True) == []
@@ -128,7 +128,7 @@ def test_with_flash_attn_or_on_cpu_verls_default_is_kept(gpu_config):
 def test_an_explicit_flash_attention_without_flash_attn_is_rejected_by_name(gpu_config):
     from omegaconf import OmegaConf
 
-    from agent_system.trainer.gpu_checks import attention_fallback
+    from agent_system.launcher.gpu_checks import attention_fallback
 
     OmegaConf.update(gpu_config, "hl.model.override_config.attn_implementation", "flash_attention_2", force_add=True)
     with pytest.raises(ConfigError, match="hl.model.override_config.attn_implementation=flash_attention_2"):
@@ -151,7 +151,7 @@ def test_the_critic_loader_uses_the_attention_of_the_critic_config(tiny_models, 
 
 
 def test_colocated_levels_default_to_shares_that_fit_and_lengths_to_their_budgets():
-    from agent_system.trainer.gpu_checks import prepare_devices
+    from agent_system.launcher.gpu_checks import prepare_devices
 
     overrides = ["mlmt.placement=colocated", "data.max_prompt_length=512", "hl.rollout.response_length=40"]
     config = compose_config(overrides)
@@ -164,7 +164,7 @@ def test_colocated_levels_default_to_shares_that_fit_and_lengths_to_their_budget
 
 
 def test_a_split_run_keeps_verls_memory_share():
-    from agent_system.trainer.gpu_checks import rollout_memory
+    from agent_system.launcher.gpu_checks import rollout_memory
 
     config = compose_config([])
     rollout_memory(config, set())
@@ -175,7 +175,7 @@ def test_a_split_run_keeps_verls_memory_share():
     ("ll", "hl", "fits"), [(0.5, None, False), (0.4, 0.4, False), (0.3, 0.4, True), (None, 0.3, True)]
 )
 def test_a_colocated_sum_above_what_fits_is_rejected_naming_both_keys(ll, hl, fits):
-    from agent_system.trainer.gpu_checks import override_keys, rollout_memory
+    from agent_system.launcher.gpu_checks import override_keys, rollout_memory
 
     overrides = ["mlmt.placement=colocated"]
     overrides += [] if ll is None else [f"actor_rollout_ref.rollout.gpu_memory_utilization={ll}"]
@@ -192,7 +192,7 @@ def test_a_colocated_sum_above_what_fits_is_rejected_naming_both_keys(ll, hl, fi
 
 
 def test_a_max_model_len_below_the_budget_is_rejected_by_name():
-    from agent_system.trainer.gpu_checks import rollout_memory
+    from agent_system.launcher.gpu_checks import rollout_memory
 
     config = compose_config(["hl.rollout.max_model_len=100"])
     with pytest.raises(ConfigError, match="hl.rollout.max_model_len=100 is below"):
@@ -214,14 +214,14 @@ def test_a_max_model_len_below_the_budget_is_rejected_by_name():
     ],
 )
 def test_a_replica_larger_than_a_node_or_devices_without_a_replica_are_rejected(overrides, match):
-    from agent_system.trainer.gpu_checks import check_replica_sizes
+    from agent_system.launcher.gpu_checks import check_replica_sizes
 
     with pytest.raises(ConfigError, match=match):
         check_replica_sizes(compose_config(overrides))
 
 
 def test_tensor_parallel_replicas_that_fit_a_node_pass():
-    from agent_system.trainer.gpu_checks import check_replica_sizes
+    from agent_system.launcher.gpu_checks import check_replica_sizes
 
     tp2 = ["actor_rollout_ref.rollout.tensor_model_parallel_size=2", "hl.rollout.tensor_model_parallel_size=2"]
     check_replica_sizes(compose_config([*tp2, "mlmt.ll_gpus=4", "mlmt.hl_gpus=2", "trainer.n_gpus_per_node=8"]))
@@ -229,7 +229,7 @@ def test_tensor_parallel_replicas_that_fit_a_node_pass():
 
 
 def test_verls_ray_runtime_environment_is_merged_under_the_users():
-    from agent_system.trainer.gpu_checks import prepare_devices
+    from agent_system.launcher.gpu_checks import prepare_devices
 
     mine = "+ray_kwargs.ray_init.runtime_env.env_vars.NCCL_DEBUG=INFO"
     config = compose_config([mine])
@@ -249,7 +249,7 @@ SMI_535 = """
 
 
 def test_an_old_driver_is_named_with_both_cuda_versions_and_the_fix():
-    from agent_system.trainer.gpu_checks import driver_message
+    from agent_system.launcher.gpu_checks import driver_message
 
     message = driver_message(False, SMI_535, "2.13.0+cu130", "13.0")
     assert "driver 535.104.05" in message and "CUDA 12.2" in message and "built for CUDA 13.0" in message
@@ -259,14 +259,14 @@ def test_an_old_driver_is_named_with_both_cuda_versions_and_the_fix():
 
 
 def test_no_message_when_torch_sees_the_gpu_or_no_gpu_is_shown():
-    from agent_system.trainer.gpu_checks import driver_message
+    from agent_system.launcher.gpu_checks import driver_message
 
     assert driver_message(True, SMI_535, "2.13.0+cu130", "13.0") is None
     assert driver_message(False, None, "2.13.0+cpu", None) is None
 
 
 def test_the_paths_every_node_needs_and_the_shared_storage_message(tmp_path):
-    from agent_system.trainer.gpu_checks import invisible_paths_message, shared_paths
+    from agent_system.launcher.gpu_checks import invisible_paths_message, shared_paths
 
     config = compose_config(["mlmt.ll.adv_estimator=gae", f"trainer.default_local_dir={tmp_path}"])
     paths = shared_paths(config)
@@ -285,7 +285,7 @@ def test_the_paths_every_node_needs_and_the_shared_storage_message(tmp_path):
     "key", ["actor_rollout_ref.actor.use_torch_compile", "hl.actor.use_torch_compile", "hl.ref.use_torch_compile"]
 )
 def test_the_inert_compile_key_is_rejected_naming_the_one_the_engine_reads(key):
-    from agent_system.trainer.gpu_checks import check_compile_keys
+    from agent_system.launcher.gpu_checks import check_compile_keys
 
     check_compile_keys(compose_config([]))  # the shipped config (and its CPU overlay) sets only keys that act
     with pytest.raises(ConfigError, match=f"{key}=false has no effect.*{key.rsplit('.', 1)[0]}.fsdp_config"):
@@ -294,7 +294,7 @@ def test_the_inert_compile_key_is_rejected_naming_the_one_the_engine_reads(key):
 
 
 def test_a_bad_plan_device_size_is_refused_at_start_up_by_name():
-    from agent_system.trainer.gpu_checks import prepare_devices
+    from agent_system.launcher.gpu_checks import prepare_devices
 
     config = compose_config(["mlmt.plan_device_gib=eighty"])
     with pytest.raises(ConfigError, match="mlmt.plan_device_gib='eighty': give the memory of one device in GiB"):
@@ -345,7 +345,7 @@ def test_no_notice_when_the_pools_use_every_device(overrides, visible):
 
 
 def test_the_run_plan_carries_the_idle_devices_notice(monkeypatch):
-    from agent_system.trainer import plan
+    from agent_system.launcher import plan
 
     monkeypatch.setattr(plan, "visible_gpus", lambda: 8)
     config = compose_config(["data.train_batch_size=32", "actor_rollout_ref.actor.ppo_mini_batch_size=64",

@@ -6,7 +6,8 @@ actor_rollout_ref.model.path=X hl.model.path=Y` on a GPU node is a real run and 
 import pytest
 
 from agent_system import verl_plugin
-from agent_system.trainer.config import compose_config, validate_config
+from agent_system.config import compose_config
+from agent_system.launcher.main import check_config
 
 MODELS = [
     "actor_rollout_ref.model.path=meta-llama/Llama-3.2-1B-Instruct",
@@ -52,7 +53,7 @@ def test_gpu_defaults_are_the_papers(gpu_config):
 
 def test_gpu_config_is_valid(gpu_config, monkeypatch):
     monkeypatch.delenv("VERL_PLATFORM", raising=False)  # the plugin sets it on this CPU machine
-    validate_config(gpu_config)
+    check_config(gpu_config)
 
 
 def test_cpu_overlay_keeps_the_small_embedded_run(cpu_config):

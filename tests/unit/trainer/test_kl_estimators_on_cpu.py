@@ -20,7 +20,8 @@ import torch
 from verl.workers.engine.fsdp.transformer_impl import _scale_logits_by_temperature
 
 from agent_system import verl_compat as vc
-from agent_system.trainer.config import INERT_KL_LOSS_TYPES, ConfigError, compose_config, validate_config
+from agent_system.config import INERT_KL_LOSS_TYPES, ConfigError, compose_config
+from agent_system.launcher.main import check_config
 
 # every name verl 0.9.1's kl_penalty accepts ("full" raises NotImplementedError)
 VERL_KL_TYPES = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3", "kl+", "k1+", "abs+", "k3+", "low_var_kl+")
@@ -108,14 +109,14 @@ ACCEPTED_KL = [
 @pytest.mark.parametrize(("overrides", "keys"), REFUSED_KL)
 def test_k1_feeding_a_loss_is_refused_naming_the_keys(overrides, keys):
     with pytest.raises(ConfigError) as error:
-        validate_config(compose_config(overrides))
+        check_config(compose_config(overrides))
     for key in [*keys, "low_var_kl", "k3+"]:
         assert key in str(error.value), (key, str(error.value))
 
 
 @pytest.mark.parametrize("overrides", ACCEPTED_KL)
 def test_kl_estimator_that_acts_or_is_not_read_is_accepted(overrides):
-    validate_config(compose_config(overrides))
+    check_config(compose_config(overrides))
 
 
 def test_temperature_zero_gives_the_sampled_token_no_gradient():

@@ -3,7 +3,7 @@
 verl's own FSDP2 engine (``FSDPEngineWithLMHead``, the engine the trainer's actors run, registered for CPU by the
 project) builds a tiny LoRA actor in one process (one rank, gloo, no Ray), moves its adapter off PEFT's zero
 initialisation, takes one AdamW step and saves with its own checkpoint manager: a full checkpoint for the LL and an
-adapters-only one (``checkpoint.save_lora_only``) for the HL. ``agent_system.trainer.export`` then writes each level
+adapters-only one (``checkpoint.save_lora_only``) for the HL. ``agent_system.launcher.export`` then writes each level
 as merged weights and as a PEFT adapter folder, and both reproduce the actor's logits. The adapters-only checkpoint
 is also loaded into a fresh engine, which gets the adapter and the optimizer back exactly.
 
@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from agent_system.launcher.export import export_checkpoint, parse_bases
 from agent_system.trainer import state as st
-from agent_system.trainer.export import export_checkpoint, parse_bases
 
 pytestmark = pytest.mark.external  # trains a checkpoint in a subprocess
 

@@ -13,10 +13,9 @@ import pytest
 import yaml
 from omegaconf import OmegaConf
 
-from agent_system.models.tiny import build_tiny_model
-from agent_system.trainer.config import LORA_KEY_DEFAULTS, ConfigError, compose_config, validate_config
-from agent_system.trainer.main import set_schedule_horizon
-from agent_system.trainer.memory_estimate import (
+from agent_system.config import LORA_KEY_DEFAULTS, ConfigError, compose_config
+from agent_system.launcher.main import check_config, set_schedule_horizon
+from agent_system.launcher.memory_estimate import (
     MemoryUnavailable,
     ModelShape,
     memory_plan,
@@ -24,7 +23,8 @@ from agent_system.trainer.memory_estimate import (
     render_memory,
     trainable_parameters,
 )
-from agent_system.trainer.plan import build_plan, render_markdown
+from agent_system.launcher.plan import build_plan, render_markdown
+from agent_system.models.tiny import build_tiny_model
 
 ALL_SEVEN = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 TARGETS = ["all-linear", ALL_SEVEN, ["q_proj", "v_proj"], r"model\.layers\.1\..*_proj", ["down_proj", "lm_head"]]
@@ -103,7 +103,7 @@ def test_run_plan_shows_trainable_parameters_per_level(base, models):
         "actor_rollout_ref.model.target_modules": "all-linear",
     }
     config = _edit(base, settings)
-    validate_config(config)
+    check_config(config)
     set_schedule_horizon(config, 100)
     plan = build_plan(config, 100, 4)
     ll, hl = plan.levels["ll"], plan.levels["hl"]
@@ -177,28 +177,28 @@ ACCEPTED = [
 @pytest.mark.parametrize(("settings", "named"), REJECTED)
 def test_lora_key_that_cannot_act_is_refused_by_name(base, settings, named):
     with pytest.raises(ConfigError) as error:
-        validate_config(_edit(base, settings))
+        check_config(_edit(base, settings))
     for text in named:
         assert text in str(error.value), (text, str(error.value))
 
 
 @pytest.mark.parametrize("settings", ACCEPTED)
 def test_lora_that_acts_is_accepted(base, settings):
-    validate_config(_edit(base, settings))
+    check_config(_edit(base, settings))
 
 
 def test_a_lora_level_builds_no_reference_copy(base, models):
     """With a KL reference at both levels, the LoRA level's reference is its actor with the adapter off: its worker
     is built without a reference model (verl's role ``actor_rollout``), the plan says so, and the memory estimate
     holds no reference copy for it; the full fine-tuning level keeps its own."""
-    from agent_system.trainer.config import level_view, reference_in_actor, reference_needed
-    from agent_system.trainer.policy import PolicyGroup
+    from agent_system.config import level_view, reference_in_actor, reference_needed
+    from agent_system.levels.policy import PolicyGroup
 
     settings = {"actor_rollout_ref.model.path": models["tiny"], "hl.model.path": models["tiny"],
                 "actor_rollout_ref.model.lora_rank": 16, "actor_rollout_ref.model.lora_alpha": 32,
                 "mlmt.stages.beta_turn1": "[0.1]", "mlmt.stages.beta_turn2": "[0.1]"}  # fmt: skip
     config = _edit(base, settings)
-    validate_config(config)
+    check_config(config)
     assert reference_needed(config) == {"ll": True, "hl": True}
     assert reference_in_actor(config) == {"ll": True, "hl": False}
     roles = {level: PolicyGroup.worker_class(level_view(config, level), True).kwargs["role"] for level in ("ll", "hl")}
@@ -220,7 +220,7 @@ def test_the_plan_says_a_loaded_adapter_is_not_the_reference(base, models):
                 "hl.model.lora_rank": 16, "hl.model.lora_adapter_path": "/adapters/hl",
                 "mlmt.stages.beta_turn2": "[0.1]"}  # fmt: skip
     config = _edit(base, settings)
-    validate_config(config)
+    check_config(config)
     set_schedule_horizon(config, 100)
     reference = build_plan(config, 100, 4).levels["hl"].reference
     assert reference.startswith("the base model") and "not the loaded adapter /adapters/hl" in reference
@@ -230,4 +230,4 @@ def test_a_reference_refresh_with_lora_is_refused(base):
     settings = {"actor_rollout_ref.model.lora_rank": 16, "mlmt.ll.ref_refresh_freq": 10,
                 "mlmt.stages.beta_turn3": "[0.1]"}  # fmt: skip
     with pytest.raises(ConfigError, match=r"mlmt.ll.ref_refresh_freq=10 with actor_rollout_ref.model.lora_rank=16"):
-        validate_config(_edit(base, settings))
+        check_config(_edit(base, settings))

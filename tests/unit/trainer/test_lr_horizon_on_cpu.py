@@ -13,8 +13,9 @@ import torch
 from omegaconf import OmegaConf
 
 from agent_system import verl_compat as vc
-from agent_system.trainer.config import compose_config, critic_levels
-from agent_system.trainer.main import set_schedule_horizon
+from agent_system.config import compose_config
+from agent_system.launcher.main import set_schedule_horizon
+from agent_system.trainer.advantages import critic_levels
 from agent_system.trainer.schedule import levels_to_update
 
 COSINE = [

@@ -1,4 +1,4 @@
-"""The per-device GPU memory estimate (agent_system/trainer/memory_estimate.py) against hand computation for
+"""The per-device GPU memory estimate (agent_system/launcher/memory_estimate.py) against hand computation for
 Llama-3.2-1B and -3B shapes, written here from their public config.json values (nothing is downloaded)."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import pytest
 import yaml
 from omegaconf import OmegaConf
 
-from agent_system.trainer.config import ConfigError, compose_config
-from agent_system.trainer.gpu_checks import attention_fallback, lower_padded_budgets
-from agent_system.trainer.memory_estimate import (
+from agent_system.config import ConfigError, compose_config
+from agent_system.launcher.gpu_checks import attention_fallback, lower_padded_budgets
+from agent_system.launcher.memory_estimate import (
     ALLOW_KEY,
     GIB,
     MemoryUnavailable,
@@ -337,7 +337,7 @@ def test_without_flash_attn_the_padded_budgets_are_lowered_to_what_fits_or_refus
 def test_start_up_refuses_an_overflow_under_plan_only_after_writing_the_plan_and_never_stops_a_cpu_run(tmp_path):
     import pandas as pd
 
-    from agent_system.trainer.main import preflight
+    from agent_system.launcher.main import preflight
 
     train = tmp_path / "train.parquet"
     pd.DataFrame({"prompt": [f"p{i}" for i in range(8)]}).to_parquet(train)

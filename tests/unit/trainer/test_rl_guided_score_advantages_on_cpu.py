@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 import torch
 
+from agent_system.config import compose_config
 from agent_system.trainer import advantages as adv
-from agent_system.trainer.config import compose_config
 from agent_system.trainer.rows import LevelInputs, RowKeys, StepScores
 
 # the recipe's keys (recipes/rl_guided_score/run_rl_guided_score.sh: RR, the SCoRe stages, the guidance reward)

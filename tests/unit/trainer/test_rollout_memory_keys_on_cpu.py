@@ -1,11 +1,11 @@
-"""The keys a dead rollout server's message names (agent_system.trainer.policy.rollout_memory_keys): the ones that
+"""The keys a dead rollout server's message names (agent_system.levels.policy.rollout_memory_keys): the ones that
 size that level's server on that device, not the GPU keys on CPU."""
 
 from __future__ import annotations
 
 import pytest
 
-from agent_system.trainer.policy import rollout_memory_keys
+from agent_system.levels.policy import rollout_memory_keys
 
 
 @pytest.mark.parametrize(

@@ -7,8 +7,8 @@ import pandas as pd
 import pytest
 from omegaconf import OmegaConf
 
+from agent_system.config import compose_config, reference_needed
 from agent_system.methods.confidence import check_reference_solutions
-from agent_system.trainer.config import compose_config, reference_needed
 
 
 def test_use_kl_loss_asks_for_a_reference_model():
@@ -77,9 +77,9 @@ def tiny_tokenizers(tmp_path_factory):
 
 
 def test_prompt_budget_holds_the_longest_problem_or_start_up_fails_naming_the_keys(tiny_tokenizers):
+    from agent_system.config import ConfigError
+    from agent_system.launcher.main import check_prompt_budget
     from agent_system.prompts.templates import PromptBuilder
-    from agent_system.trainer.config import ConfigError
-    from agent_system.trainer.main import check_prompt_budget
 
     prompts = PromptBuilder({}, min_quote_tokens=32)
     train = _math_rows(["What is 1 + 1?", "What is 2 + 2?"])
@@ -100,9 +100,9 @@ def test_prompt_budget_holds_the_longest_problem_or_start_up_fails_naming_the_ke
 
 def test_prompt_budget_checks_only_the_turns_the_run_renders(tiny_tokenizers):
     """A single-turn run (``mlmt.feedback=none``) was held to the size of the refinement prompt it never builds."""
+    from agent_system.config import ConfigError
+    from agent_system.launcher.main import check_prompt_budget
     from agent_system.prompts.templates import PromptBuilder
-    from agent_system.trainer.config import ConfigError
-    from agent_system.trainer.main import check_prompt_budget
 
     prompts = PromptBuilder({}, min_quote_tokens=32)
     problem = "Add the numbers " + "1 + " * 100 + "1."

@@ -1,4 +1,4 @@
-"""The pre-flight run plan (agent_system/trainer/plan.py): what each level gets, computed before any worker starts,
+"""The pre-flight run plan (agent_system/launcher/plan.py): what each level gets, computed before any worker starts,
 and its comparison with a run's step records."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from agent_system.trainer.config import ConfigError, compose_config, validate_config
-from agent_system.trainer.main import set_schedule_horizon
-from agent_system.trainer.plan import (
+from agent_system.config import ConfigError, compose_config
+from agent_system.launcher.main import check_config, set_schedule_horizon
+from agent_system.launcher.plan import (
     PlanMismatch,
     build_plan,
     check_run,
@@ -99,7 +99,7 @@ def test_stage_periods_with_their_coefficients():
 )  # fmt: skip
 def test_mini_batch_cut_to_a_divisor_is_said_at_start_up(overrides, key, size, steps):
     config, plan = _plan(overrides)
-    validate_config(config)
+    check_config(config)
     ll = plan.levels["ll"]
     assert (ll.mini_batch, ll.optimizer_steps_per_update) == (size, steps)
     (notice,) = plan.notices
@@ -124,10 +124,10 @@ def test_mini_batch_cut_to_a_divisor_is_said_at_start_up(overrides, key, size, s
     ],
 )  # fmt: skip
 def test_mini_batch_cut_below_half_its_setting_is_refused_unless_allowed(overrides, named):
-    from agent_system.trainer.plan import refuse_small_mini_batches
+    from agent_system.launcher.plan import refuse_small_mini_batches
 
     config = compose_config(overrides)
-    validate_config(config)  # the other checks pass: the mini-batch check is the plan's (run by main.prepare_config)
+    check_config(config)  # the other checks pass: the mini-batch check is the plan's (run by main.prepare_config)
     with pytest.raises(ConfigError, match="mlmt.allow_small_mini_batches=true") as error:
         refuse_small_mini_batches(config)
     assert all(text in str(error.value) for text in named), str(error.value)
@@ -197,7 +197,7 @@ def test_without_a_model_config_the_plan_says_why_there_is_no_memory_estimate():
 
 def _history(config, plan, last_step):
     """Step records as the trainer writes them, for the run the plan describes (lr as verl reports it)."""
-    from agent_system.trainer.plan import lr_after
+    from agent_system.launcher.plan import lr_after
 
     records, counts = [], {"ll": 0, "hl": 0}
     for step in range(1, last_step + 1):

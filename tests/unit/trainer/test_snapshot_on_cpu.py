@@ -5,10 +5,9 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from agent_system.trainer import state as st
-from agent_system.trainer.config import compose_config
-from agent_system.trainer.placement import assign_replica_ranks
-from agent_system.trainer.snapshot import (
+from agent_system.config import compose_config
+from agent_system.levels.placement import assign_replica_ranks
+from agent_system.levels.snapshot import (
     CHECKPOINT_FOLDER,
     REFRESH_FOLDER,
     SNAPSHOT,
@@ -18,6 +17,7 @@ from agent_system.trainer.snapshot import (
     restore_source,
     snapshot_view,
 )
+from agent_system.trainer import state as st
 
 
 @pytest.mark.parametrize(("placement", "ll_gpus", "hl_gpus", "offset"), [("split", 1, 1, 2), ("split", 2, 3, 5)])

@@ -1,4 +1,4 @@
-"""Start-up of a run (agent_system.trainer.main): under split placement both levels' ``init`` run at the same time,
+"""Start-up of a run (agent_system.launcher.main): under split placement both levels' ``init`` run at the same time,
 colocated levels one after the other, and an error in either level reaches the caller once both have returned; on an
 existing cluster the driver waits until every node of the job (``trainer.nnodes``) has joined; a local Ray start is
 retried only when its node timed out during start-up.
@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from agent_system.trainer.main import RAY_NODE_START_TIMEOUT, start_local_ray, start_policy_groups, wait_for_nodes
+from agent_system.launcher.main import RAY_NODE_START_TIMEOUT, start_local_ray, start_policy_groups, wait_for_nodes
 
 
 class Recorder:

@@ -7,7 +7,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from agent_system.trainer import snapshot, state
+from agent_system.levels import snapshot
+from agent_system.trainer import state
 from agent_system.trainer.state import ProblemSampler, latest_step, mark_latest, step_dir
 
 

@@ -6,14 +6,15 @@ from __future__ import annotations
 
 import pytest
 
-from agent_system.trainer.config import ConfigError, compose_config, validate_config
+from agent_system.config import ConfigError, compose_config
+from agent_system.launcher.main import check_config
 
 
 @pytest.mark.parametrize("tree", ["actor_rollout_ref", "hl"])
 def test_inert_actor_key_is_rejected_by_name(tree):
     config = compose_config([f"{tree}.actor.use_torch_compile=false"])
     with pytest.raises(ConfigError) as error:
-        validate_config(config)
+        check_config(config)
     message = str(error.value)
     assert f"{tree}.actor.use_torch_compile=False" in message
     assert f"{tree}.actor.fsdp_config.use_torch_compile=True" in message
@@ -21,8 +22,8 @@ def test_inert_actor_key_is_rejected_by_name(tree):
 
 @pytest.mark.parametrize("tree", ["actor_rollout_ref", "hl"])
 def test_keys_that_agree_pass(tree):
-    validate_config(compose_config([]))  # both true by default
-    validate_config(
+    check_config(compose_config([]))  # both true by default
+    check_config(
         compose_config(
             [
                 f"{tree}.actor.use_torch_compile=false",

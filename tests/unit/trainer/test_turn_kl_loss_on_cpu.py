@@ -1,4 +1,4 @@
-"""The per-turn KL loss (agent_system/trainer/turn_kl.py, ``mlmt.stages.kl_in=loss``) on a real padding-free
+"""The per-turn KL loss (agent_system/levels/turn_kl.py, ``mlmt.stages.kl_in=loss``) on a real padding-free
 ``TensorDict`` built the way the trainer builds it, wrapped around verl's own ``ppo_loss``:
 
 * β = 0 on every row is exactly verl's loss (value and gradient);
@@ -12,10 +12,10 @@ from functools import partial
 import torch
 
 from agent_system import verl_compat as vc
+from agent_system.config import compose_config
+from agent_system.levels.policy import to_padding_free
+from agent_system.levels.turn_kl import LOSS_METRIC, TURN_KL_COEF, turn_kl_loss
 from agent_system.multi_turn_rollout.batch import build_rows
-from agent_system.trainer.config import compose_config
-from agent_system.trainer.policy import to_padding_free
-from agent_system.trainer.turn_kl import LOSS_METRIC, TURN_KL_COEF, turn_kl_loss
 
 ACTOR = vc.omega_conf_to_dataclass(compose_config([]).actor_rollout_ref.actor)
 PROMPTS = [[1, 2, 3], [1, 2, 3, 4, 5], [1, 2], [1, 2, 7, 8]]

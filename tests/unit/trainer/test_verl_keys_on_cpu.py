@@ -12,8 +12,9 @@ import pytest
 from omegaconf import OmegaConf
 
 from agent_system import verl_compat as vc
-from agent_system.trainer.config import ConfigError, compose_config, validate_config
-from agent_system.trainer.verl_keys import BYPASSED_VERL_KEYS, POLICY, POLICY_TREES, bypassed_key_errors
+from agent_system.config import ConfigError, compose_config
+from agent_system.launcher.main import check_config
+from agent_system.verl_keys import BYPASSED_VERL_KEYS, POLICY, POLICY_TREES, bypassed_key_errors
 
 KEYS = [
     (pattern.replace(POLICY, tree), pattern)
@@ -47,7 +48,7 @@ def _other_than(value):
 
 def test_default_config_sets_none_of_them(default_config):
     assert bypassed_key_errors(default_config) == []
-    validate_config(copy.deepcopy(default_config))
+    check_config(copy.deepcopy(default_config))
 
 
 def test_every_listed_key_is_one_of_verls(default_config):
@@ -63,7 +64,7 @@ def test_a_listed_key_set_is_refused_naming_its_replacement(default_config, key,
     leaf, value = _first_leaf(config, key)
     OmegaConf.update(config, leaf, _other_than(value), merge=False)
     with pytest.raises(ConfigError) as error:
-        validate_config(config)
+        check_config(config)
     message = str(error.value)
     tree = key.split(".")[0]
     instead = BYPASSED_VERL_KEYS[pattern].replace("<tree>", tree if pattern.startswith(POLICY) else "<tree>")
@@ -85,10 +86,10 @@ def test_a_listed_key_set_is_refused_naming_its_replacement(default_config, key,
 )
 def test_the_seed_style_selectors_are_refused(override, replacement):
     with pytest.raises(ConfigError) as error:
-        validate_config(compose_config([override]))
+        check_config(compose_config([override]))
     assert override.split("=")[0] in str(error.value) and replacement in str(error.value), str(error.value)
 
 
 def test_verls_default_is_accepted_when_set_explicitly():
-    validate_config(compose_config(["algorithm.adv_estimator=gae", "actor_rollout_ref.rollout.n=1",
+    check_config(compose_config(["algorithm.adv_estimator=gae", "actor_rollout_ref.rollout.n=1",
                                     "trainer.critic_warmup=0"]))  # fmt: skip

@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from agent_system.trainer.policy import PolicyGroup
+from agent_system.levels.policy import PolicyGroup
+from agent_system.levels.weight_sync import RolloutWeights, sleeps_for_training
 from agent_system.trainer.schedule import levels_to_update
-from agent_system.trainer.weight_sync import RolloutWeights, sleeps_for_training
 
 DOCS = Path(__file__).resolve().parents[3] / "docs" / "ARCHITECTURE.md"
 SNAPSHOT = "ll_snapshot"

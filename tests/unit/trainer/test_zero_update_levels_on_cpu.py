@@ -7,15 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-from agent_system.trainer.config import (
-    ConfigError,
-    compose_config,
-    critic_levels,
-    frozen_levels,
-    reference_needed,
-    validate_config,
-)
-from agent_system.trainer.plan import level_update_steps
+from agent_system.config import ConfigError, compose_config, frozen_levels, reference_needed
+from agent_system.launcher.main import check_config
+from agent_system.launcher.plan import level_update_steps
+from agent_system.trainer.advantages import critic_levels
 
 FREEZE = {"hl": ["mlmt.hl.freeze=true"], "ll": ["mlmt.ll.freeze=true"]}
 ZERO_PERIOD = {"hl": ["mlmt.schedule.tH=0"], "ll": ["mlmt.schedule.tL=0"]}
@@ -51,9 +46,9 @@ INERT_WHEN_FROZEN = [
 @pytest.mark.parametrize(("level", "overrides", "key"), INERT_WHEN_FROZEN)
 def test_a_setting_for_a_trained_level_is_refused_whichever_key_freezes_it(level, overrides, key, how):
     frozen_by = (FREEZE if how == "freeze" else ZERO_PERIOD)[level]
-    validate_config(compose_config(overrides))  # the level trains: the setting acts
+    check_config(compose_config(overrides))  # the level trains: the setting acts
     with pytest.raises(ConfigError) as error:
-        validate_config(compose_config([*overrides, *frozen_by]))
+        check_config(compose_config([*overrides, *frozen_by]))
     assert key in str(error.value) and FROZEN_BY[level][how] in str(error.value), str(error.value)
 
 
@@ -68,7 +63,7 @@ def test_a_setting_for_a_trained_level_is_refused_whichever_key_freezes_it(level
 )
 def test_a_zero_period_beside_a_freeze_of_the_other_level_is_refused(overrides, named):
     with pytest.raises(ConfigError, match="nothing would be trained") as error:
-        validate_config(compose_config(overrides))
+        check_config(compose_config(overrides))
     assert all(key in str(error.value) for key in named), str(error.value)
 
 
@@ -79,7 +74,7 @@ def test_a_zero_period_level_gets_no_update_reference_or_critic(level, period):
     trained = compose_config(estimator)
     assert level in critic_levels(trained) and reference_needed(trained)[level]
     config = compose_config([*estimator, period])
-    validate_config(config)
+    check_config(config)
     assert frozen_levels(config) == {"ll": level == "ll", "hl": level == "hl"}
     assert level not in critic_levels(config) and not reference_needed(config)[level]
     steps = level_update_steps(config, 30)

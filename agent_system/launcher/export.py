@@ -1,6 +1,6 @@
 """Export a checkpoint's solver (LL) and feedback writer (HL) as Hugging Face model folders.
 
-    python -m agent_system.trainer.export --run-dir outputs/mlmt_rl/default [--step N] [--out DIR] \\
+    python -m agent_system.launcher.export --run-dir outputs/mlmt_rl/default [--step N] [--out DIR] \\
         [--base ll=PATH] [--base hl=PATH]
 
 Reads ``<run-dir>/checkpoints/global_step_N/{ll,hl}`` (N defaults to the latest complete checkpoint) and writes

@@ -8,7 +8,7 @@ would share a socket path.
 
 The two classes here are verl's own vLLM replica and in-worker adapter with one change: their replica rank is
 offset by ``rollout.custom.replica_rank_offset`` (the number of replicas of the levels before this one, set by
-:func:`agent_system.trainer.placement.assign_replica_ranks`). The replica still takes its workers from its level's
+:func:`agent_system.levels.placement.assign_replica_ranks`). The replica still takes its workers from its level's
 worker group by its local index. Registered for ``rollout.name=vllm`` by :mod:`agent_system.verl_plugin`, in every
 process (the driver creates replicas, the workers create adapters); with an offset of 0 they behave exactly as
 verl's classes.

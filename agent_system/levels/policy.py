@@ -8,10 +8,10 @@ A :class:`PolicyGroup` owns, for its level:
 * its weight sync (``CheckpointEngineManager``): :meth:`PolicyGroup.wake_up` pushes the actor's weights into the
   servers only when they do not hold them (after an update or a checkpoint load, :meth:`PolicyGroup.weights_changed`,
   or after a sleep that freed them), counted and timed per level; when the servers sleep, and when the loop wakes
-  them, is decided in :mod:`agent_system.trainer.weight_sync`.
+  them, is decided in :mod:`agent_system.levels.weight_sync`.
 
 With more than one data-parallel rank, every batch sent to the workers is put in a balanced row order first
-(:mod:`agent_system.trainer.balance`): similar token counts per rank, and the same order for any permutation of the
+(:mod:`agent_system.levels.balance`): similar token counts per rank, and the same order for any permutation of the
 same rows; outputs come back in the caller's row order.
 
 All tensors cross this boundary as ``DataProto`` with left-padded prompts and right-padded responses
@@ -32,8 +32,8 @@ from omegaconf import DictConfig
 from verl import DataProto
 
 from agent_system import verl_compat as vc
-from agent_system.trainer.balance import Balance, balanced_order, canonical_order
-from agent_system.trainer.config import POLICY_TREES, lora_rank
+from agent_system.config import POLICY_TREES, lora_rank
+from agent_system.levels.balance import Balance, balanced_order, canonical_order
 
 logger = logging.getLogger(__name__)
 
@@ -77,7 +77,7 @@ class PolicyGroup:
 
         A LoRA level builds no reference model: its reference is the actor with the adapter off
         (:attr:`ref_in_actor`)."""
-        from agent_system.trainer.turn_kl import ActorWorker
+        from agent_system.levels.turn_kl import ActorWorker
 
         role = "actor_rollout_ref" if use_ref and not reference_is_base(view) else "actor_rollout"
         cls = actor_class or ActorWorker
@@ -342,7 +342,7 @@ def for_ranks(batch: DataProto, ranks: int) -> tuple[DataProto, torch.Tensor, Ba
 
     Padded to a multiple of ``ranks`` (:func:`pad_to_multiple`); with more than one rank, the rows are first put in
     canonical order (so the padding copies the same rows whatever the input order), then in the balanced order of
-    :func:`agent_system.trainer.balance.balanced_order`. Returns (the batch to send, ``rows``: an output of the sent
+    :func:`agent_system.levels.balance.balanced_order`. Returns (the batch to send, ``rows``: an output of the sent
     batch indexed by ``rows`` is in the input's row order, padding dropped; the :class:`Balance`, None on one rank).
     """
     if ranks == 1:

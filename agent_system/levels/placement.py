@@ -7,22 +7,21 @@ the same processes as the level's actor, as verl colocates its own actor and cri
 its own. ``colocated``: one pool of ``trainer.n_gpus_per_node × trainer.nnodes`` processes, each hosting both
 levels' workers (and critics). Fusing uses verl's ``create_colocated_worker_cls``.
 
-Before any pool is made, every pool of the run (snapshot and ArCHer critic included) is checked against Ray's free
-resources per node (``gpu_checks.check_pools_fit``): verl waits for a placement group without a time-out, so a pool
-that cannot be placed would hang the run without a message; on several nodes, every node must see the model folders
-and the output folder (``gpu_checks.check_paths_on_every_node``).
+The launcher checks every pool of the run against Ray's free resources before any is made
+(``launcher/gpu_checks.py``: verl waits for a placement group without a time-out).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from omegaconf import DictConfig, open_dict
 
 from agent_system import verl_compat as vc
-from agent_system.trainer.config import has_hl, level_nodes, level_view
-from agent_system.trainer.critic import CriticGroup
-from agent_system.trainer.policy import PolicyGroup
+from agent_system.config import has_hl, level_nodes, level_view
+from agent_system.levels.critic import CriticGroup
+from agent_system.levels.policy import PolicyGroup
 
 LEVELS = ("ll", "hl")
 
@@ -30,16 +29,14 @@ LEVELS = ("ll", "hl")
 def build_workers(
     config: DictConfig,
     use_ref: dict[str, bool],
-    critic_levels: tuple[str, ...] = (),
+    critic_losses: dict[str, Callable | None] | None = None,
     actor_classes: dict[str, type] | None = None,
 ) -> tuple[dict[str, PolicyGroup], dict[str, CriticGroup]]:
     """Create the policy groups and critics of both levels, or of the LL alone without an HL (not yet initialised).
 
-    ``actor_classes``: a level's worker class when a method extends the default (``Extension.actor_class``)."""
-    from agent_system.trainer.gpu_checks import check_paths_on_every_node, check_pools_fit
-
-    check_pools_fit(config)
-    check_paths_on_every_node(config)
+    ``critic_losses``: the levels that get a critic (``advantages.critic_levels``), each with a method's loss or None
+    (verl's value loss). ``actor_classes``: a level's worker class when a method extends the default
+    (``Extension.actor_class``)."""
     assign_replica_ranks(config)
     levels = LEVELS if has_hl(config) else ("ll",)  # mlmt.feedback=self|none: the solver alone
     views = {level: level_view(config, level) for level in levels}
@@ -48,7 +45,7 @@ def build_workers(
         f"{level}_actor": PolicyGroup.worker_class(views[level], use_ref[level], actor_classes.get(level))
         for level in levels
     }
-    classes.update({f"{level}_critic": CriticGroup.worker_class(views[level]) for level in critic_levels})
+    classes.update({f"{level}_critic": CriticGroup.worker_class(views[level]) for level in critic_losses or {}})
     if config.mlmt.placement == "split":
         spawned = {}
         for level in levels:
@@ -68,7 +65,10 @@ def build_workers(
         )
         spawned = _worker_groups(pool, classes, "shared")
     groups = {level: PolicyGroup(level, views[level], spawned[f"{level}_actor"], use_ref[level]) for level in levels}
-    critics = {level: CriticGroup(level, views[level], spawned[f"{level}_critic"]) for level in critic_levels}
+    critics = {
+        level: CriticGroup(level, views[level], spawned[f"{level}_critic"], loss)
+        for level, loss in (critic_losses or {}).items()
+    }
     return groups, critics
 
 

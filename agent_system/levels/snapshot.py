@@ -5,7 +5,7 @@ steps, regenerates turn 3 from the **same** prompt (x, z, g) as the current LL. 
 the feedback g, and the HL score S2 = (1 + λ)·R3 − λ·R_ref rewards feedback that helps the *current* solver more than
 a stale one (a per-feedback R_ref, unlike the no-feedback refinement, does not cancel inside an HL group).
 
-The snapshot is its own :class:`~agent_system.trainer.policy.PolicyGroup` (verl's ``ActorRolloutRefWorker`` with
+The snapshot is its own :class:`~agent_system.levels.policy.PolicyGroup` (verl's ``ActorRolloutRefWorker`` with
 role ``actor_rollout``, on its own resource pool of ``mlmt.ll_gpus`` processes, its replicas ranked after the HL's)
 that only generates: it is never updated. The original shared the LL's GPUs (``max_colocate_count=2``); here it
 needs ``mlmt.ll_gpus`` devices of its own. It starts from the LL's initial weights.
@@ -36,11 +36,11 @@ import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from agent_system import verl_compat as vc
+from agent_system.config import level_nodes
+from agent_system.levels.policy import PolicyGroup
 from agent_system.multi_turn_rollout.episode import Episode, Turn, turn_from_output
 from agent_system.multi_turn_rollout.stopping import stop_tokens
 from agent_system.prompts.templates import Prompt
-from agent_system.trainer.config import level_nodes
-from agent_system.trainer.policy import PolicyGroup
 
 logger = logging.getLogger(__name__)
 

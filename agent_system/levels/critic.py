@@ -8,6 +8,7 @@ of its own.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -17,25 +18,20 @@ from omegaconf import DictConfig
 from verl import DataProto
 
 from agent_system import verl_compat as vc
-from agent_system.methods.value_shaping.shaping import critic_loss
-from agent_system.trainer.balance import Balance
-from agent_system.trainer.policy import flatten_metrics, for_ranks, mini_batch_size, to_padding_free
+from agent_system.levels.balance import Balance
+from agent_system.levels.policy import flatten_metrics, for_ranks, mini_batch_size, to_padding_free
 
 
 class CriticGroup:
     """Worker group of one level's critic; ``compute_values`` and ``update`` over ``DataProto`` rows."""
 
-    def __init__(self, level: str, view: DictConfig, worker_group: Any) -> None:
+    def __init__(self, level: str, view: DictConfig, worker_group: Any, loss: Callable | None = None) -> None:
+        """``loss``: a method's critic loss (``Extension.critic_loss``), else verl's ``value_loss``."""
         self.level = level
         self.temperature = view.actor_rollout_ref.rollout.temperature
         self.critic_config = critic_config(view)
         self.worker_group = worker_group
-        shaping = view.mlmt.value_shaping
-        self.loss_fn = partial(vc.value_loss, config=self.critic_config)
-        if level == "ll" and view.mlmt.reward.hl_reward == "value_shaped":  # the HL's reward reads this critic
-            self.loss_fn = partial(
-                critic_loss, config=self.critic_config, value_coef=shaping.value_coef, value_grad=shaping.value_grad
-            )
+        self.loss_fn = partial(loss or vc.value_loss, config=self.critic_config)
 
     @staticmethod
     def worker_class(view: DictConfig) -> Any:
@@ -78,7 +74,7 @@ class CriticGroup:
 
 def update_data(batch: DataProto, config: Any, world_size: int, temperature: float) -> tuple[Any, Balance | None]:
     """The padding-free ``TensorDict`` that ``train_mini_batch`` takes for one critic update of ``batch``, and its
-    :class:`~agent_system.trainer.balance.Balance` over the ranks (None on one rank).
+    :class:`~agent_system.levels.balance.Balance` over the ranks (None on one rank).
 
     ``batch`` is padded with masked rows to a multiple of ``world_size``, put in the balanced row order of
     :func:`policy.for_ranks` (as the actor's batches) and split by verl into mini-batches of

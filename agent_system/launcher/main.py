@@ -17,9 +17,13 @@ import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
 from omegaconf import DictConfig, OmegaConf, open_dict
+
+if TYPE_CHECKING:
+    from agent_system.trainer.mlmt_trainer import FitSummary
 
 logger = logging.getLogger("agent_system")
 
@@ -41,11 +45,11 @@ def _user_overrides() -> list[str]:
 def user_errors() -> tuple[type[Exception], ...]:
     """The errors a bad config, model path or data file raises before training: the entry point prints their
     message alone (it names the bad input), not a stack trace."""
+    from agent_system.config import ConfigError
     from agent_system.data.heldout import TrainOnTestSplitError
     from agent_system.data.yaml_task import YamlTaskError
     from agent_system.models.adapter import AdapterError
     from agent_system.models.resolve import ModelPathError
-    from agent_system.trainer.config import ConfigError
 
     return ConfigError, ModelPathError, AdapterError, TrainOnTestSplitError, YamlTaskError
 
@@ -53,8 +57,8 @@ def user_errors() -> tuple[type[Exception], ...]:
 def prepare_config(config: DictConfig, user_overrides: list[str]) -> DictConfig:
     """CPU overlay, model paths resolved to local folders, the default dataset, then validation."""
     from agent_system import verl_plugin
+    from agent_system.config import ConfigError, apply_hardware_overlay
     from agent_system.data.default_dataset import ensure_default_dataset
-    from agent_system.trainer.config import ConfigError, apply_hardware_overlay, validate_config
 
     if not verl_plugin.LOADED:
         raise RuntimeError("the MLMT-RL verl plugin did not load; reinstall with `bash scripts/install.sh`")
@@ -76,9 +80,9 @@ def prepare_config(config: DictConfig, user_overrides: list[str]) -> DictConfig:
                 dataset.max_difficulty,
             )
             config.data.train_files, config.data.val_files = train, val
-    validate_config(config)
-    from agent_system.trainer.gpu_checks import prepare_devices
-    from agent_system.trainer.plan import refuse_small_mini_batches
+    check_config(config)
+    from agent_system.launcher.gpu_checks import prepare_devices
+    from agent_system.launcher.plan import refuse_small_mini_batches
 
     refuse_small_mini_batches(config)  # the plan's mini-batch sizes: plan.py reads the config, not the reverse
 
@@ -86,14 +90,35 @@ def prepare_config(config: DictConfig, user_overrides: list[str]) -> DictConfig:
     return config
 
 
+def check_config(config: DictConfig) -> None:
+    """Every start-up check of the config's values: the core's (``config.validate_config``), then the methods' and
+    the plug-ins' (``methods.check_config``: the estimators and HL rewards registered, each method's refusals)."""
+    from agent_system import methods
+    from agent_system.config import validate_config
+
+    validate_config(config)
+    methods.check_config(config)
+
+
 def resolve_model_paths(config: DictConfig) -> None:
-    """Each model path the run loads (``config.model_path_keys``) replaced by its local folder (``smollm2``, ``~``, a
-    hub name resolved). A critic's path defaults to its policy's (``${...}`` in the YAML) but may be set on its own."""
+    """Each model path the run loads (``gpu_checks.model_path_keys``) replaced by its local folder (``smollm2``, ``~``,
+    a hub name resolved). A critic's path defaults to its policy's (``${...}`` in the YAML) but may be set alone."""
+    from agent_system.launcher.gpu_checks import model_path_keys
     from agent_system.models.resolve import resolve_model_path
-    from agent_system.trainer.config import model_path_keys
 
     for key in model_path_keys(config):
         OmegaConf.update(config, key, resolve_model_path(OmegaConf.select(config, key), key))
+
+
+def _critic_loss(extensions: list, level: str):
+    """The critic loss a selected method sets for ``level`` (``Extension.critic_loss``), else None (verl's)."""
+    from agent_system.config import ConfigError
+
+    losses = {extension.name: extension.critic_loss(level) for extension in extensions}
+    losses = {name: loss for name, loss in losses.items() if loss is not None}
+    if len(losses) > 1:
+        raise ConfigError(f"several methods set the {level} critic's loss: {sorted(losses)}")
+    return next(iter(losses.values()), None)
 
 
 def _read_frame(path: str | None) -> pd.DataFrame | None:
@@ -120,7 +145,7 @@ def set_schedule_horizon(config: DictConfig, train_rows: int) -> dict[str, int]:
     level's updates. A value set by the user (> 0) is kept (the run plan then shows where its schedule stops).
     Returns the updates per level.
     """
-    from agent_system.trainer.plan import level_update_steps, optimizer_sections, run_steps
+    from agent_system.launcher.plan import level_update_steps, optimizer_sections, run_steps
 
     steps = level_update_steps(config, run_steps(config, train_rows))
     updates = {level: len(level_steps) for level, level_steps in steps.items()}
@@ -141,8 +166,8 @@ def check_stages_reached(config: DictConfig, train_rows: int) -> None:
         ConfigError: A stage starts after the last step, or when the next one does; the message names the key, the
             stage and the step.
     """
-    from agent_system.trainer.config import ConfigError
-    from agent_system.trainer.plan import run_steps, steps_source
+    from agent_system.config import ConfigError
+    from agent_system.launcher.plan import run_steps, steps_source
 
     schedule = list(config.mlmt.stages.schedule)
     total = run_steps(config, train_rows)
@@ -160,7 +185,7 @@ def check_stages_reached(config: DictConfig, train_rows: int) -> None:
 def _check_stages_active(schedule: list[int]) -> None:
     """Stage i runs from step max(schedule[i], 1) to schedule[i + 1] − 1 (``advantages.stage_at``): refuse a stage
     whose next one starts on or before its first step, as :func:`check_stages_reached` refuses one after the last."""
-    from agent_system.trainer.config import ConfigError
+    from agent_system.config import ConfigError
 
     for index, (start, following) in enumerate(zip(schedule[:-1], schedule[1:], strict=True)):
         first = max(start, 1)
@@ -175,19 +200,19 @@ def _check_stages_active(schedule: list[int]) -> None:
 def preflight(config: DictConfig):
     """Before Ray and any worker start: the data-dependent checks (test-split training rows, validation rows that
     are evaluation rows), the optimizers' horizons and the run plan, logged and written as ``run_plan.json`` /
-    ``run_plan.md`` in ``trainer.default_local_dir``. Returns the :class:`~agent_system.trainer.plan.RunPlan`.
+    ``run_plan.md`` in ``trainer.default_local_dir``. Returns the :class:`~agent_system.launcher.plan.RunPlan`.
 
     On a GPU, padded passes (no flash-attn) get token budgets their logits fit (``gpu_checks.lower_padded_budgets``).
 
     Raises:
         ConfigError: On a GPU (and under ``mlmt.plan_only``), a device's estimated peak exceeds the device and
-            ``mlmt.plan_allow_overcommit`` is false (:func:`~agent_system.trainer.memory_estimate.refuse_overcommit`).
+            ``mlmt.plan_allow_overcommit`` is false (:func:`~agent_system.launcher.memory_estimate.refuse_overcommit`).
     """
     from agent_system import verl_plugin
     from agent_system.data.heldout import check_train_splits, validation_warnings
-    from agent_system.trainer.gpu_checks import lower_padded_budgets
-    from agent_system.trainer.memory_estimate import refuse_overcommit
-    from agent_system.trainer.plan import build_plan, render_markdown, write_plan
+    from agent_system.launcher.gpu_checks import lower_padded_budgets
+    from agent_system.launcher.memory_estimate import refuse_overcommit
+    from agent_system.launcher.plan import build_plan, render_markdown, write_plan
 
     train_frame, val_frame = _read_frame(config.data.train_files), _read_frame(config.data.val_files)
     check_train_splits(config.data.train_files, bool(config.data.get("allow_test_split_in_train", False)))
@@ -226,8 +251,8 @@ def check_prompt_budget(config: DictConfig, prompts, tokenizers: dict, frames: d
     Raises:
         ConfigError: The budget is too small; the message names the keys and the row.
     """
+    from agent_system.config import ConfigError
     from agent_system.prompts.templates import TURNS_OF_FEEDBACK, Task
-    from agent_system.trainer.config import ConfigError
 
     budget = config.data.max_prompt_length
     for key, frame in frames.items():
@@ -316,7 +341,7 @@ def start_policy_groups(groups: dict, together: bool) -> None:
     colocated levels share processes and devices and start one after the other. Each level's ``init`` only waits on
     its own workers and servers, so a node's start-up is bounded by the slower level instead of the sum of both. An
     error in either level is raised here once both have returned."""
-    from agent_system.trainer.console import phase
+    from agent_system.launcher.console import phase
 
     def start(level: str) -> None:
         with phase(f"{level.upper()} workers and rollout server"):
@@ -338,15 +363,17 @@ def build_trainer(config: DictConfig):
     from transformers import AutoTokenizer
 
     from agent_system import methods
+    from agent_system.config import has_hl, reference_needed
+    from agent_system.launcher.gpu_checks import check_paths_on_every_node, check_pools_fit
+    from agent_system.levels.placement import build_workers
+    from agent_system.levels.turn_kl import ActorWorker
     from agent_system.multi_turn_rollout.episode import EpisodeRunner
     from agent_system.prompts.templates import PromptBuilder
     from agent_system.rewards import RewardPool
     from agent_system.rewards.code_sandbox import SandboxLimits
     from agent_system.rewards.judge import trainer_judge
-    from agent_system.trainer.config import critic_levels, has_hl, reference_needed
+    from agent_system.trainer.advantages import critic_levels
     from agent_system.trainer.mlmt_trainer import MLMTTrainer
-    from agent_system.trainer.placement import build_workers
-    from agent_system.trainer.turn_kl import ActorWorker
 
     use_ref = reference_needed(config)
     judge = trainer_judge(config.mlmt.reward)  # before any worker: mlmt.reward.judge (recorded), its key from the env
@@ -366,19 +393,22 @@ def build_trainer(config: DictConfig):
         actor_classes[level] = ActorWorker
         for extension in extensions:
             actor_classes[level] = extension.actor_class(level, actor_classes[level])
+    # verl waits for a placement group without a time-out: a pool Ray cannot place would hang the run silently
+    check_pools_fit(config)
+    check_paths_on_every_node(config)  # several nodes: each sees the model and output folders
     # The scoring processes start first: they import the graders while the levels start.
     pool = RewardPool(config.mlmt.reward.num_workers, config.mlmt.reward.timeout_s, judge)
     try:
-        groups, critics = build_workers(
-            config, use_ref, critic_levels(config), actor_classes
-        )  # none for a frozen level
+        # a critic per level whose estimator has one (none for a frozen level), with a method's loss if it sets one
+        losses = {level: _critic_loss(extensions, level) for level in critic_levels(config)}
+        groups, critics = build_workers(config, use_ref, losses, actor_classes)
         start_policy_groups(groups, together=config.mlmt.placement == "split")
         for critic in critics.values():
             critic.init()
         snapshot = None
         reward = config.mlmt.reward
         if reward.hl_reward == "contrastive" and reward.contrastive_reference == "lagged_snapshot":
-            from agent_system.trainer.snapshot import LaggedSnapshot
+            from agent_system.levels.snapshot import LaggedSnapshot
 
             snapshot = LaggedSnapshot(config)
             snapshot.init()
@@ -408,17 +438,17 @@ def build_trainer(config: DictConfig):
     return trainer
 
 
-def run_mlmt(config: DictConfig) -> dict:
+def run_mlmt(config: DictConfig) -> None:
     """Entry of ``python -m verl.trainer.main_mlmt``: the run plan, then train and log a short summary.
 
     The console shows the start-up summary, phases, one line per step, warnings, errors and the summary; the rest of
     the driver's output and every worker's goes to ``<trainer.default_local_dir>/logs/`` (``MLMT_SHOW_ALL_LOGS=1``
-    keeps it all on the console): see :mod:`agent_system.trainer.console`.
+    keeps it all on the console): see :mod:`agent_system.launcher.console`.
 
-    ``mlmt.plan_only=true`` logs and writes the plan, then returns ``{"plan", "out_dir"}`` without starting Ray.
+    ``mlmt.plan_only=true`` logs and writes the plan, then returns without starting Ray.
     """
     from agent_system import log_filter
-    from agent_system.trainer.console import RunConsole
+    from agent_system.launcher.console import RunConsole
     from agent_system.trainer.stop_request import STOP_REQUEST
 
     _setup_logging()
@@ -429,22 +459,23 @@ def run_mlmt(config: DictConfig) -> dict:
     out_dir.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("TENSORBOARD_DIR", str(out_dir / "tensorboard"))
     if config.mlmt.plan_only:
-        plan = preflight(config)  # logged in full on the console
+        preflight(config)  # logged in full on the console
         STOP_REQUEST.uninstall()
-        return {"plan": plan.to_json(), "out_dir": str(out_dir)}
+        return
     try:
         with RunConsole(out_dir) as run_console:
-            return _train(config, run_console)
+            _train(config, run_console)
     finally:
         STOP_REQUEST.uninstall()
 
 
-def _train(config: DictConfig, run_console) -> dict:
+def _train(config: DictConfig, run_console) -> None:
     """Preflight, Ray, the workers, training and the summary, with the driver's output in ``<run>/logs/``."""
     import ray
 
     from agent_system import verl_plugin
-    from agent_system.trainer.console import ConsoleTracker, phase, ray_settings, startup_summary
+    from agent_system.launcher.console import ConsoleTracker, phase, ray_settings, startup_summary
+    from agent_system.launcher.plan import check_run
     from agent_system.trainer.stop_request import EXIT_STOPPED, STOP_REQUEST
 
     plan = preflight(config)  # before Ray and any worker
@@ -482,6 +513,7 @@ def _train(config: DictConfig, run_console) -> dict:
         trainer.tracker = ConsoleTracker(trainer.tracker, plan.total_steps)  # one console line per step
         with run_console.training():
             summary = trainer.fit()
+        check_run(plan, config, trainer.history, trainer.global_step)  # PlanMismatch on a difference
     finally:
         STOP_REQUEST.release()
         if trainer is not None:
@@ -490,29 +522,26 @@ def _train(config: DictConfig, run_console) -> dict:
             ray.shutdown()
     val_rows = 0 if trainer.val_frame is None else len(trainer.val_frame)
     _log_summary(summary, trainer.history, val_rows, plan)
-    if summary.get("stopped_at") is not None:  # stopped on request with a checkpoint: the same command continues
+    if summary.stopped_at is not None:  # stopped on request with a checkpoint: the same command continues
         raise SystemExit(EXIT_STOPPED)
-    return summary
 
 
-def _log_summary(summary: dict, history: list[dict], val_rows: int, plan) -> None:
-    from agent_system.trainer.console import final_summary
+def _log_summary(summary: FitSummary, history: list[dict], val_rows: int, plan) -> None:
+    from agent_system.launcher.console import final_summary
 
     def pick(metrics):
         if not metrics:
             return "n/a"
         return ", ".join(f"{k.split('/')[-1]}={metrics[k]:.3f}" for k in ("val/acc@t1", "val/acc@t3") if k in metrics)
 
-    out = Path(summary["out_dir"])
-    logger.info(
-        "MLMT run finished. validation before: %s | after: %s", pick(summary["first_val"]), pick(summary["last_val"])
-    )
+    out = summary.out_dir
+    logger.info("MLMT run finished. validation before: %s | after: %s", pick(summary.first_val), pick(summary.last_val))
     logger.info(
         "checkpoints: %s | trajectories: %s | tensorboard: %s | plot: %s",
         out / "checkpoints",
         out / "trajectories",
         os.environ.get("TENSORBOARD_DIR"),
-        summary["plot"],
+        summary.plot,
     )
-    for line in final_summary(history, summary["first_val"], summary["last_val"], val_rows, plan):
+    for line in final_summary(history, summary.first_val, summary.last_val, val_rows, plan):
         logger.info("%s", line)

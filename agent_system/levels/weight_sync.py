@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
-from agent_system.trainer.policy import PolicyGroup
+from agent_system.levels.policy import PolicyGroup
 
 TRAINED_LEVELS = ("ll", "hl")  # the lagged snapshot only generates: its devices hold nothing that trains
 
