@@ -124,8 +124,8 @@ def test_every_development_item_of_each_kind_is_judged_right(pool, kind):
 # heldout (HEAD's detector: 4 of 33 caught; measured once after rules 5-8: 31 of 33, "a right angle is 90" flagged);
 # its two misses and its false positive were then fixed from paraphrases added to the development set, so these are
 # no longer held-out numbers; heldout_2's (17 of 20 caught, 1 of 20 flagged) likewise, fixed by the third round of
-# rules from new development paraphrases. heldout_3 was written before reading the rules (commit 34be304), measured
-# before that round (15 of 25 caught, 0 of 25 flagged) and once after it (24 of 25, 0 of 25); not tuned on.
+# rules (ac7053d) from new development paraphrases. heldout_3 was written before reading the rules (34be304),
+# measured before that round (15 of 25 caught, 0 of 25 flagged) and once after it (24 of 25, 0 of 25); not tuned on.
 HELD_OUT = {
     "heldout": (
         {"rejection": 8, "named_quantity": 8, "leading_clause": 8, "equivalent_form": 9},
