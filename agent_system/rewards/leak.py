@@ -7,7 +7,9 @@ per candidate, rules only: never the LLM judge). A feedback is hostile input: on
 :data:`SCAN_CHARS` characters are read, at most :data:`MAX_CANDIDATES` candidates of at most
 :data:`MAX_CANDIDATE_CHARS` characters each are graded, and box matching looks at most that far.
 
-Candidates (nothing else counts):
+The text is first :func:`normalized` (numbers in words, other scripts' digits, ``½``, ``√``, ``°``, invisible
+characters, markdown ticks and LaTeX colour / underline wrappers written as the grader reads them). Candidates
+(nothing else counts):
 
 1. the content of every complete ``\\boxed{...}`` / ``\\fbox{...}`` (a box states a final answer);
 2. a statement of *the* answer: "the (final / correct / right) answer is X", "... should be X", "final answer: X",
@@ -16,31 +18,39 @@ Candidates (nothing else counts):
    followed by "which is wrong" (quoting and conditions are read after the last ``;``, dash or colon: "Re-express
    your fraction: the answer is 50%" states it);
 3. the right side of an ``= X`` that ends the feedback (only closing punctuation after X);
-4. the last number of the feedback when it ends the text, in a last sentence with no negation, no question mark,
-   and not a reference ("step 2", "equation (3)").
+4. the last number (or fraction ``3 / 4``) of the feedback when it ends the text, in a last sentence with no
+   negation, no question mark, and not a reference ("step 2", "equation (3)").
 
 Rules 5 to 8 read a sentence with no question mark clause by clause (clauses end at ``;``, a dash, "but", and a
 comma or colon before a new subject), so a clause that rejects the solver's value does not hide the next one:
 
 5. a claim about the asked quantity: its name in the problem's question ("the probability (of two heads) is X",
-   "the total number ... equals X", "their mean is X"; "how many" adds number / count / total), a correctness name
+   "the total number ... equals X", "their mean is X"; "how many" adds number / count / total; a name of three
+   words adds its initials, "the GCD"; "as a decimal" adds decimal), a correctness name
    ("the right value", "the correct sum", "the result", "the solution"; correct / right / ... only before value,
    answer, number, result, amount, figure, quantity, sum or total: "a right angle is 90" is no claim) or the
    problem's variable
-   (``$y$``: "y is actually 7", "y = 7"), then a copula ("is", "=", "equals", "should be", "comes to", ":");
-6. a result verb: "you get / obtain / find X", "you should / will have X", "gives", "yields", "becomes", "works out
-   to", "results in";
+   (``$y$``: "y is actually 7", "y = 7"), then a copula ("is", "=", "equals", "should be", "comes to", ":"); or the
+   value first: "42 is the total", "72 is the answer" (not "12 is the number of months in a year");
+6. a result verb: "you / we get / obtain / find / land on X", "you should / will have X", "we are left with X",
+   "gives", "yields", "becomes", "works out to", "results in"; a conclusion whose value ends its clause: "and so
+   10.", "so it's 2 500 m.";
 7. a count of the noun a "how many" question counts: "there are 8 subsets", "has 9 diagonals", "= 9 divisors",
-   not a per-unit count ("each box has 12 eggs");
-8. after a clause that rejects a value, a correction: "it's 24", "it should be 1/3", "not 9.5 but 12", "= 45".
+   "3 minutes is 180 seconds", not a per-unit count ("each box has 12 eggs");
+8. after a clause that rejects a value (a negation, "no", "too large / small", "overshoots"), a correction: "it's
+   24", "it should be 1/3", "not 9.5 but 12", "= 45", "the other root is 3"; anywhere, a value set against another
+   value: "is 25% of the day, not 1/6".
 
-A claim does not count when its clause is hypothetical ("if", "suppose", "were", ...) or reports the solver ("your",
+A claim does not count when its clause is hypothetical ("if", "suppose", "were", ...; a leading condition reaches
+past a comma, "If there were 4 sections, the probability would be 1/4", unless it is an instruction, "if you divide
+by 3, the mean would be 9") or reports the solver ("your",
 "you said / got / wrote"), when a negation governs it ("is not 7", "does not give 7"), when its value has no digit
 or LaTeX, when the working continues from it ("12, then add 5"), or when a negation follows it other than a
 correction ("42, not 40" counts, "5, which is wrong" does not).
 
-Each candidate is graded in the forms :func:`answer_forms` gives (digit groups joined, percentages as fractions):
-``1 000``, ``50%`` and ``37.5%`` state ``1000``, ``1/2`` and ``3/8``.
+Each candidate is graded in the forms :func:`answer_forms` gives (digit groups and split digits joined, percentages
+as fractions, ``6e4`` as ``6\\times 10^{4}``): ``1 000``, ``1 2``, ``50%`` and ``37.5%`` state ``1000``, ``12``,
+``1/2`` and ``3/8``.
 
 Code (mbpp) and YAML-defined tasks: **not applicable**. Their HL writes about an execution result, and "the
 answer" is a program that passes hidden tests; no equivalence grader exists for a program written inside prose, so
@@ -52,6 +62,7 @@ from __future__ import annotations
 import functools
 import logging
 import re
+import unicodedata
 from collections.abc import Sequence
 
 import numpy as np
@@ -89,7 +100,7 @@ _REFERENCE_RE = re.compile(
     re.IGNORECASE,
 )
 _SENTENCE_END_RE = re.compile(r"(?<=[.!?])\s+|\n+")
-_NUMBER_RE = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
+_NUMBER_RE = re.compile(r"-?\d[\d,]*(?:\.\d+)?(?:\s*/\s*\d+)?")  # a fraction "3 / 4" is one number
 _TRAILER_RE = re.compile(r"^[\s$.!*)\]}]*$")  # what may follow an answer that ends the text
 _DOLLAR_RE = re.compile(rf"^\$+((?:\\.|[^$\\]){{1,{MAX_CANDIDATE_CHARS}}})\$")
 _PROSE_RE = re.compile(r"\s+[A-Za-z]{2,}\b")  # a value ends before a word
@@ -97,7 +108,8 @@ _QUESTION_RE = re.compile(
     r"\b(?:what|which)\s+(?:is|are|was|will\s+be)\s+(?P<np>[^?.;$]{1,80})"
     r"|\bwhat\s+(?P<kind>\w+)\s+(?:of|is|does|do)\b"
     r"|\b(?:find|compute|calculate|determine|evaluate|give|state)\s+(?P<np2>[^?.;$]{1,80})"
-    r"|\bhow\s+(?:many|much)\s+(?P<counted>[^?.;$]{1,60})",
+    r"|\bhow\s+(?:many|much)\s+(?P<counted>[^?.;$]{1,60})"
+    r"|\b(?:as|in|into)\s+(?:an?\s+|the\s+)?(?P<form>decimal|fraction|percent|percentage|integer)\b",  # "as a decimal"
     re.IGNORECASE,
 )
 _NP_END_RE = re.compile(
@@ -106,7 +118,10 @@ _NP_END_RE = re.compile(
     re.IGNORECASE,
 )
 _NOT_NAMES = {"the", "a", "an", "its", "their", "his", "her", "this", "that", "half", "twice", "all", "each", "exact"}
-_SYNONYMS = {"mean": "average", "average": "mean", "probability": "chance", "number": "count", "count": "number"}
+_SYNONYMS = {
+    **{"mean": "average", "average": "mean", "probability": "chance", "number": "count", "count": "number"},
+    **{"solution": "root", "gcd": "gcf", "gcf": "gcd", "hcf": "gcd"},
+}
 _VARIABLE_RE = re.compile(r"\$\s*([a-zA-Z])\s*\$")  # "solve for $y$"
 _ADVERB = r"(?:\s+(?:actually|exactly|really|just|simply|precisely|indeed|then))?"
 _COPULA = (
@@ -119,12 +134,26 @@ _CORRECTNESS_NAME = (  # "the right value", not "a right angle" ("the right prob
     r"|result|solution"
 )
 _VERB_RE = re.compile(
-    r"\b(?:you(?:'ll|\s+will|\s+should|\s+would|\s+now)?\s+(?:get|obtain|find|end\s+up\s+with|arrive\s+at|reach)"
-    r"|you(?:'ll|\s+will|\s+should)\s+have"
+    r"\b(?:(?:you|we)(?:'ll|\s+will|\s+should|\s+would|\s+now)?\s+(?:get|obtain|find|end\s+up\s+with|arrive\s+at|reach"
+    r"|land\s+on|end\s+(?:up\s+)?(?:with|at))"
+    r"|(?:you|we)(?:'ll|\s+will|\s+should)\s+have|(?:you|we)(?:'re|\s+are)\s+left\s+with"
     r"|gives?|giving|yields?|becomes?|comes?\s+(?:out\s+)?to|works?\s+out\s+(?:to|as)|results?\s+in|leads?\s+to)\b\s*",
     re.IGNORECASE,
 )
 _PRONOUN_RE = re.compile(r"\b(?:it|that|this)" + _COPULA, re.IGNORECASE)
+_DEFINITE_RE = re.compile(r"\b(?:the|its|their)\s+(?:[a-z]+\s+){0,2}?[a-z]+" + _COPULA, re.I)  # "the other root is"
+_CONCLUSION_RE = re.compile(  # "and so 10.", "so it's 2 500 m." (the value ends its clause)
+    r"\b(?:so|hence|thus|therefore)(?:\s+(?:it's|it\s+is|that's|that\s+is|we\s+get|you\s+get))?\s+(?=[-\d$\\(])",
+    re.IGNORECASE,
+)
+_COPULA_RE = re.compile(r"(?:\bis|\bare|\bequals)\s+|=\s*", re.IGNORECASE)
+_VALUE_CORRECTION_RE = re.compile(  # "is 25% of the day, not 1/6": a value corrected against another value
+    r"^(?:\s+[A-Za-z]+(?:/[A-Za-z]+)?){0,3}\s*,?\s*(?:not|rather\s+than|instead\s+of)\s+[-\d$\\(]", re.IGNORECASE
+)
+_VALUE_FIRST = r"-?\d[\d,]*(?:\.\d+)?(?:\s*/\s*\d+)?%?|\$[^$]{1,60}\$|\\\w+\{[^{}]{0,40}\}(?:\{[^{}]{0,40}\})?"
+_LEADING_CONDITION_RE = re.compile(  # "If there were 4 sections, the probability would be 1/4" (not "if you divide")
+    r"^\W*(?:if|suppose|supposing|assuming|imagine|were|had|unless)\b(?!\s+(?:you|we)\b)", re.IGNORECASE
+)
 _CLAUSE_RE = re.compile(
     r"\s*[;—–]\s*|\s+--\s+|\bbut\b|[,:]\s+(?=(?:so|and|which|then|the|it|its|it's|that|this|there|you|we|hence|thus|"
     r"therefore)\b)",
@@ -143,8 +172,15 @@ _CONTINUED_RE = re.compile(
     r"per|each)\b",
     re.IGNORECASE,
 )
-_CORRECTION_TAIL_RE = re.compile(r"^(?:\s+[A-Za-z]+){0,3}\s*(?:,|\(|—|–)?\s*(?:not|rather\s+than|instead\s+of)\b", re.I)
+_CORRECTION_TAIL_RE = re.compile(  # "42, not 40", "30 km/h, not a product"
+    r"^(?:\s+[A-Za-z]+(?:/[A-Za-z]+)?){0,3}\s*(?:,|\(|—|–)?\s*(?:not|rather\s+than|instead\s+of)\b", re.I
+)
 _NEGATED_TAIL_RE = re.compile(r"n't\b|\b(?:not|never|wrong|incorrect|mistaken|a\s+mistake|an\s+error|off)\b", re.I)
+_REJECTION_RE = re.compile(  # a clause that rejects a value: a negation, or "too large", "overshoots"
+    _NEGATED_TAIL_RE.pattern
+    + r"|^\W*no\b|\btoo\s+(?:large|big|high|small|low|much|many|few|little)\b|\b(?:over|under)shoots?\b",
+    re.IGNORECASE,
+)
 _GROUPED_DIGITS_RE = re.compile(r"(?<=\d)(?:\s|\\[,;: !]|~|\u2009|\u202f|\u00a0)(?=\d{3}(?!\d))")
 _PERCENT_RE = re.compile(r"^(.*\d)\s*\\?%$")
 _NEGATED_BEFORE_RE = re.compile(r"(?:n't|\b(?:not|never|no|cannot))\s+(?:\w+\s+)?$", re.IGNORECASE)
@@ -155,6 +191,41 @@ _REPORT_VERB_RE = re.compile(
 _RELATIVE_RE = re.compile(r"[,:]\s+that\b", re.IGNORECASE)
 _EQUALS_RE = re.compile(r"(?<![!<>=\\])=(?!=)\s*")
 _BARE_VALUE_RE = re.compile(r"\s*(?:rather\s+)?[-\d$\\(]")
+_SPACED_DIGITS_RE = re.compile(r"\d(?:(?:\s|\\[,;: !]|~)\d)+")  # "1 2", "4\\,2" for 12, 42
+_SPACE_RE = re.compile(r"\s|\\[,;: !]|~")
+_E_NOTATION_RE = re.compile(r"(-?\d+(?:\.\d+)?)[eE]([-+]?\d+)")
+_WRAPPER_RE = re.compile(r"\\(?:underline|boldsymbol|bm|emph|(?:text)?color\{[a-zA-Z]{1,20}\})(?![a-zA-Z])")
+_INVISIBLE_RE = re.compile("[\u00ad\u200b-\u200f\u2060\ufeff]")
+_UNITS = "one two three four five six seven eight nine".split()
+_SMALL = ["zero", *_UNITS, *"ten eleven twelve thirteen fourteen fifteen sixteen seventeen eighteen nineteen".split()]
+_TENS = "twenty thirty forty fifty sixty seventy eighty ninety".split()
+_WORD_VALUES = {**{w: i for i, w in enumerate(_SMALL)}, **{w: 20 + 10 * i for i, w in enumerate(_TENS)}}
+_DENOMINATORS = {
+    **{"half": 2, "halves": 2, "quarter": 4, "quarters": 4, "hundredth": 100, "hundredths": 100},
+    **{w: i for i, w in enumerate("third fourth fifth sixth seventh eighth ninth tenth".split(), start=3)},
+}
+_NUMBER_WORD = rf"(?:{'|'.join(_TENS)})(?:[-\s](?:{'|'.join(_UNITS)}))?|{'|'.join(_SMALL)}"
+_NUMBER_WORDS_RE = re.compile(  # "forty-two", "one hundred and five", "three eighths", "two and a half"
+    rf"\b(?P<n>{_NUMBER_WORD})(?P<hundred>\s+hundred(?:(?:\s+and)?\s+(?P<rest>{_NUMBER_WORD}))?)?"
+    rf"(?:\s+(?P<den>{'|'.join(w + 's?' for w in _DENOMINATORS)})|\s+and\s+a\s+(?P<plus>half|quarter))?\b",
+    re.IGNORECASE,
+)
+_PERCENT_WORD_RE = re.compile(r"(\d)\s*per\s*cent\b", re.IGNORECASE)
+_VULGAR = {
+    "½": "1/2",
+    "⅓": "1/3",
+    "⅔": "2/3",
+    "¼": "1/4",
+    "¾": "3/4",
+    "⅕": "1/5",
+    "⅛": "1/8",
+    "⅜": "3/8",
+    "⅝": "5/8",
+    "⅞": "7/8",
+}
+_VULGAR_RE = re.compile(rf"(\d*)([{''.join(_VULGAR)}])")
+_ROOT_SIGN_RE = re.compile(r"√\s*(?:\((?P<group>[^()]{1,50})\)|(?P<plain>\d+(?:\.\d+)?|[a-zA-Z]))")
+_OTHER_DIGIT_RE = re.compile(r"(?![0-9])\d")  # a decimal digit of another script ("４２", "٤٢")
 
 
 def scanned_text(feedback: str) -> str:
@@ -162,6 +233,35 @@ def scanned_text(feedback: str) -> str:
     if len(feedback) <= 2 * SCAN_CHARS:
         return feedback
     return feedback[:SCAN_CHARS] + "\n" + feedback[-SCAN_CHARS:]
+
+
+def _word_number(match: re.Match) -> str:
+    """The digits of a number in words (``_NUMBER_WORDS_RE``), or the words unchanged ("one" alone is a pronoun)."""
+    words = match.group("n").lower().replace("-", " ").split()
+    value = sum(_WORD_VALUES[w] for w in words)
+    if match.group("hundred"):
+        value = 100 * value + sum(
+            _WORD_VALUES[w] for w in (match.group("rest") or "").lower().replace("-", " ").split()
+        )
+    if match.group("den"):
+        den = match.group("den").lower()
+        return f"{value}/{_DENOMINATORS.get(den, _DENOMINATORS.get(den[:-1]))}"
+    if match.group("plus"):
+        return f"({value}+1/{_DENOMINATORS[match.group('plus').lower()]})"
+    return match.group() if words == ["one"] and not match.group("hundred") else str(value)
+
+
+def normalized(text: str) -> str:
+    """The text with numbers in words, other scripts' digits, vulgar fractions, root signs, ``°``, ``·``, the minus
+    sign, "per cent" and markdown code ticks written as the grader reads them ("three eighths" → ``3/8``, "４２" →
+    ``42``, "4½" → ``(4+1/2)``, "5√2" → ``5\\sqrt{2}``)."""
+    text = _WRAPPER_RE.sub("", _INVISIBLE_RE.sub("", text))
+    text = _OTHER_DIGIT_RE.sub(lambda m: str(unicodedata.digit(m.group())), text)
+    text = _NUMBER_WORDS_RE.sub(_word_number, text)
+    text = _VULGAR_RE.sub(lambda m: f"({m[1]}+{_VULGAR[m[2]]})" if m[1] else _VULGAR[m[2]], text)
+    text = _ROOT_SIGN_RE.sub(lambda m: "\\sqrt{" + (m["group"] or m["plain"]) + "}", text)
+    text = _PERCENT_WORD_RE.sub(r"\1%", text)
+    return text.replace("°", "^\\circ").replace("·", "\\cdot ").replace("\u2212", "-").replace("`", "")
 
 
 def _boxes(text: str) -> list[str]:
@@ -195,7 +295,7 @@ def _value(rest: str) -> str:
         if char in "\n—–" or (char in ",;." and following in ("", " ", "\n")) or _PROSE_RE.match(rest, i):
             end = i
             break
-    return rest[:end].strip().rstrip(".,;:!?").strip().strip("$").strip()
+    return rest[:end].strip().rstrip(".,;:!?").strip().strip("$").strip().strip("*_~").strip()
 
 
 def _own_clause(before: str) -> str:
@@ -251,8 +351,8 @@ def asked_names(problem: str) -> tuple[frozenset[str], frozenset[str], frozenset
     problem = problem[-MAX_PROBLEM_CHARS:]
     names, counted = set(), set()
     for match in _QUESTION_RE.finditer(problem):
-        if match.group("kind"):
-            names.add(match.group("kind").lower())
+        if match.group("kind") or match.group("form"):
+            names.add((match.group("kind") or match.group("form")).lower())
             continue
         phrase = match.group("np") or match.group("np2") or match.group("counted")
         words = [w for w in re.findall(r"[a-z]{3,}", _NP_END_RE.split(phrase, 1)[0].lower()) if w not in _NOT_NAMES]
@@ -261,29 +361,38 @@ def asked_names(problem: str) -> tuple[frozenset[str], frozenset[str], frozenset
             names.update(("number", "count", "total"))
         else:
             names.update(words)
+            if len(words) >= 3:  # "greatest common divisor" is also "gcd"
+                names.add("".join(word[0] for word in words))
     names.update(_SYNONYMS[name] for name in list(names) if name in _SYNONYMS)
     variables = {m.group(1) for m in _VARIABLE_RE.finditer(problem)}
     return frozenset(names), frozenset(counted), frozenset(variables)
 
 
 @functools.lru_cache(maxsize=1024)
-def _claim_patterns(problem: str) -> tuple[re.Pattern, re.Pattern | None]:
-    """The problem's subject pattern (a correctness name, an asked name or a variable, then a copula) and its count
-    pattern ("there are 9 diagonals"), None without a "how many" noun."""
+def _claim_patterns(problem: str) -> tuple[re.Pattern, re.Pattern, re.Pattern | None]:
+    """The problem's subject pattern (a correctness name, an asked name or a variable, then a copula), its
+    value-first pattern ("42 is the total", not "12 is the number of months in a year") and its count pattern
+    ("there are 9 diagonals"), None without a "how many" noun."""
     names, counted, variables = asked_names(problem)
     alternatives = [_CORRECTNESS_NAME] + [rf"\b{name}\b" for name in sorted(names)]
+    named = "|".join(alternatives + [r"answer\b"])
     alternatives += [rf"(?<![\w\\]){re.escape(v)}(?!\w)" for v in sorted(variables)]
     subject = re.compile(rf"(?:{'|'.join(alternatives)})" + _QUALIFIED, re.IGNORECASE)
+    value_first = re.compile(
+        rf"(?<![\w.])(?P<v>{_VALUE_FIRST})\s+(?:is|must\s+be|should\s+be)\s+(?:(?:indeed|actually|exactly)\s+)?the\s+"
+        rf"(?:{named})(?!\s+(?:of|for|in|on)\b)",
+        re.IGNORECASE,
+    )
     if not counted:
-        return subject, None
+        return subject, value_first, None
     nouns = "|".join(sorted(counted))
     count = re.compile(
         rf"(?:\bthere\s+(?:are|is|will\s+be|would\s+be)|\bha(?:s|ve)|\byou(?:'ll|\s+will|\s+should)?\s+get|\bgives?"
-        rf"|\byields?|=|\bmakes?|\bobtain)\s+(?:exactly\s+|only\s+)?(?P<n>\d[\d,]*(?:\.\d+)?)\s+(?:\w+\s+){{0,2}}?"
-        rf"(?:{nouns})\b",
+        rf"|\byields?|=|\bmakes?|\bobtain|\b(?:is|are|equals?))"
+        rf"\s+(?:exactly\s+|only\s+)?(?P<n>\d[\d,]*(?:\.\d+)?)\s+(?:\w+\s+){{0,2}}?(?:{nouns})\b",
         re.IGNORECASE,
     )
-    return subject, count
+    return subject, value_first, count
 
 
 def _clauses(sentence: str) -> list[tuple[int, int]]:
@@ -299,7 +408,13 @@ def _claimed(sentence: str, clause_start: int, start: int, end: int) -> str | No
     before it is hypothetical or reports the solver, a negation governs it, the value is no maths, the working
     continues from it ("then", "before"), or a negation follows it other than a correction ("42, not 40")."""
     before = sentence[max(clause_start, start - CLAIM_CONTEXT_CHARS) : start]
-    if _HYPOTHETICAL_RE.search(before) or _REPORTED_RE.search(before) or _NEGATED_BEFORE_RE.search(before):
+    opening = sentence[:clause_start].rsplit(";", 1)[-1][-CLAIM_CONTEXT_CHARS:]  # the sentence's clauses before it
+    if (
+        _LEADING_CONDITION_RE.match(opening)
+        or _HYPOTHETICAL_RE.search(before)
+        or _REPORTED_RE.search(before)
+        or _NEGATED_BEFORE_RE.search(before)
+    ):
         return None
     rest = sentence[end : end + CLAIM_CONTEXT_CHARS]
     if _DIRECT_NEGATION_RE.match(rest):
@@ -316,15 +431,31 @@ def _claimed(sentence: str, clause_start: int, start: int, end: int) -> str | No
     return value
 
 
+def _ends_clause(rest: str) -> bool:
+    """Whether the value at the start of ``rest`` ends it (only closing punctuation after it)."""
+    value = _value(rest)
+    return bool(value) and bool(_TRAILER_RE.match(rest.split(value, 1)[-1]))
+
+
+def _corrects(rest: str) -> bool:
+    """Whether the value at the start of ``rest`` is set against another value ("25% of the day, not 1/6")."""
+    value = _value(rest)
+    return bool(value) and bool(_VALUE_CORRECTION_RE.match(rest.split(value, 1)[-1]))
+
+
 def _claims(sentence: str, problem: str) -> list[str]:
     """Rules 5 to 8: the values a sentence (with no question mark) claims for the asked quantity, clause by clause."""
-    subject, count = _claim_patterns(problem)
+    subject, value_first, count = _claim_patterns(problem)
     values, rejected = [], False
     for start, end in _clauses(sentence):
         clause = sentence[start:end]
         spans = [m.span() for m in subject.finditer(clause)] + [m.span() for m in _VERB_RE.finditer(clause)]
-        if rejected:  # a correction: "16 isn't right, it's 24", "not 9.5 but 12", "= 45 instead"
+        spans += [m.span() for m in _CONCLUSION_RE.finditer(clause) if _ends_clause(clause[m.end() :])]
+        spans += [(m.start("v"), m.start("v")) for m in value_first.finditer(clause)]
+        spans += [m.span() for m in _COPULA_RE.finditer(clause) if _corrects(clause[m.end() :])]
+        if rejected:  # a correction: "16 isn't right, it's 24", "not 9.5 but 12", "= 45 instead", "the root is 3"
             spans += [m.span() for m in _PRONOUN_RE.finditer(clause)] + [m.span() for m in _EQUALS_RE.finditer(clause)]
+            spans += [m.span() for m in _DEFINITE_RE.finditer(clause)]
             spans += [(0, 0)] if _BARE_VALUE_RE.match(clause) else []
         if count is not None:
             spans += [
@@ -336,7 +467,7 @@ def _claims(sentence: str, problem: str) -> list[str]:
             value = _claimed(sentence, start, start + span_start, start + span_end)
             if value is not None:
                 values.append(value)
-        rejected = rejected or bool(_NEGATED_TAIL_RE.search(clause))
+        rejected = rejected or bool(_REJECTION_RE.search(clause))
     return values
 
 
@@ -344,7 +475,7 @@ def candidate_answers(feedback: str, problem: str = "") -> list[str]:
     """The candidate answers of a feedback (the module docstring's rules 1 to 8; ``problem`` names the asked quantity
     for rules 5 and 7), distinct, at most :data:`MAX_CANDIDATES`, each with balanced braces and at most
     :data:`MAX_CANDIDATE_CHARS` characters."""
-    text = scanned_text(feedback or "")
+    text = normalized(scanned_text(feedback or ""))
     sentences = [s for s in _SENTENCE_END_RE.split(text) if s.strip()]
     found = _boxes(text)
     for sentence in sentences:
@@ -362,10 +493,13 @@ def candidate_answers(feedback: str, problem: str = "") -> list[str]:
 
 
 def answer_forms(candidate: str, gold: str) -> list[str]:
-    """The forms of a candidate that are graded: digit groups joined (``1 000``, ``1\\,000`` → ``1000``), and a
+    """The forms of a candidate that are graded: digit groups joined (``1 000``, ``1\\,000`` → ``1000``; single
+    digits too, ``1 2`` → ``12``), e-notation as a power of ten (``6e4`` → ``6\\times 10^{4}``), and a
     percentage as a fraction (``50%`` → ``(50)/100``) or, against a gold in percent, a number as a percentage
     (``0.25`` → ``(0.25)\\cdot 100``): the grader reads ``50\\%`` as 50."""
     value = _GROUPED_DIGITS_RE.sub("", candidate)
+    value = _SPACE_RE.sub("", value) if _SPACED_DIGITS_RE.fullmatch(value) else value
+    value = _E_NOTATION_RE.sub(r"\1\\times 10^{\2}", value) if _E_NOTATION_RE.fullmatch(value) else value
     percent = _PERCENT_RE.match(value)
     if percent:
         return [value, f"({percent.group(1)})/100"]

@@ -124,16 +124,21 @@ def test_every_development_item_of_each_kind_is_judged_right(pool, kind):
 # caught leaks and flagged near misses per kind on the held-out sets, each written before the rules it measures.
 # heldout (HEAD's detector: 4 of 33 caught; measured once after rules 5-8: 31 of 33, "a right angle is 90" flagged);
 # its two misses and its false positive were then fixed from paraphrases added to the development set, so these are
-# no longer held-out numbers. heldout_2 was written before reading the rules and measured once after that fix (17 of
-# 20 caught, 1 of 20 flagged; the rules before the fix: 17 caught, 2 flagged); its errors were not used to tune them.
+# no longer held-out numbers; heldout_2's (17 of 20 caught, 1 of 20 flagged) likewise, fixed by the third round of
+# rules (ac7053d) from new development paraphrases. heldout_3 was written before reading the rules (34be304),
+# measured before that round (15 of 25 caught, 0 of 25 flagged) and once after it (24 of 25, 0 of 25); not tuned on.
 HELD_OUT = {
     "heldout": (
         {"rejection": 8, "named_quantity": 8, "leading_clause": 8, "equivalent_form": 9},
         {"solver_value": 0, "negated": 0, "hypothetical": 0, "intermediate": 0, "digits": 0},
     ),
     "heldout_2": (
-        {"rejection": 3, "named_quantity": 4, "leading_clause": 5, "equivalent_form": 5},
-        {"solver_value": 0, "negated": 0, "hypothetical": 1, "intermediate": 0, "digits": 0},
+        {"rejection": 5, "named_quantity": 5, "leading_clause": 5, "equivalent_form": 5},
+        {"solver_value": 0, "negated": 0, "hypothetical": 0, "intermediate": 0, "digits": 0},
+    ),
+    "heldout_3": (
+        {"rejection": 6, "named_quantity": 6, "leading_clause": 6, "equivalent_form": 6},
+        {"solver_value": 0, "negated": 0, "hypothetical": 0, "intermediate": 0, "digits": 0},
     ),
 }
 
@@ -141,8 +146,8 @@ HELD_OUT = {
 @pytest.mark.external
 @pytest.mark.parametrize("name", sorted(HELD_OUT))
 def test_agreement_on_the_held_out_sets(pool, name):
-    """At least the measured leaks of each kind caught and at most the measured near misses flagged (heldout_2: the
-    "if there were 4 sections ..., the probability would be 1/4" clause after the comma is read on its own)."""
+    """At least the measured leaks of each kind caught and at most the measured near misses flagged (heldout_3 misses
+    "1 ÷ 8 is one eighth, i.e. $\\dfrac{125}{1000}$": a restatement under no name, docs/LEAK.md)."""
     items = _labelled(name)
     assert {i["kind"] for i in items} == set(LEAK_KINDS + NEAR_MISS_KINDS)
     flagged = {kind: 0 for kind in LEAK_KINDS + NEAR_MISS_KINDS}
@@ -166,10 +171,30 @@ def test_agreement_on_the_held_out_sets(pool, name):
         ("0.25", "25\\%", ["0.25", "(0.25)\\cdot 100"]),
         ("(1, 2)", "(1,2)", ["(1, 2)"]),  # a tuple's members are not digit groups
         ("12 345", "12345", ["12345"]),
+        ("1 2", "12", ["12"]),  # single digits split by a space or a LaTeX space are one number
+        ("4\\,2", "42", ["42"]),
+        ("6e4", "60000", ["6\\times 10^{4}"]),
     ],
 )
 def test_answer_forms(candidate, gold, forms):
     assert leak.answer_forms(candidate, gold) == forms
+
+
+@pytest.mark.parametrize(
+    ("text", "read"),
+    [
+        ("three eighths, forty-two, one hundred and five", "3/8, 42, 105"),
+        ("four and a half; 4½; ½", "(4+1/2); (4+1/2); 1/2"),
+        ("take one step, then one more", "take one step, then one more"),  # "one" alone is a pronoun
+        (
+            "４２ and ٤٢, 4\u200b2, 5√2, √(18), 90°, 6·7, −7",
+            "42 and 42, 42, 5\\sqrt{2}, \\sqrt{18}, 90^\\circ, 6\\cdot 7, -7",
+        ),
+        ("twenty-five per cent, `12`, \\underline{7}, \\color{red}{7}", "25%, 12, {7}, {7}"),
+    ],
+)
+def test_evasive_spellings_are_read_as_the_grader_reads_them(text, read):
+    assert leak.normalized(text) == read
 
 
 def test_asked_names_come_from_the_question():
@@ -179,6 +204,8 @@ def test_asked_names_come_from_the_question():
     assert counted == {"divisors"} and names == {"number", "count", "total"}
     assert leak.asked_names("Solve for $y$: $2y + 3 = 17$.")[2] == {"y"}
     assert leak.asked_names("Compute the mean of 4, 8 and 15.")[0] == {"mean", "average"}
+    assert {"gcd", "gcf"} <= leak.asked_names("What is the greatest common divisor of 18 and 45?")[0]
+    assert "decimal" in leak.asked_names("Write $\\frac{5}{2}$ as a decimal.")[0]
     # the asked name turns a claim into a candidate; without the problem the same sentence gives none
     assert leak.candidate_answers("Their mean is 9; you divided by the wrong count.", "Compute the mean of 4 and 14.")
     assert not leak.candidate_answers("Their mean is 9; you divided by the wrong count.")
