@@ -226,17 +226,6 @@ def validate_config(config: DictConfig) -> None:
         raise ConfigError(f"mlmt.prompts.min_quote_tokens={mlmt.prompts.min_quote_tokens}: use at least 1")
     if mlmt.reward.reg_gap < 1:
         raise ConfigError(f"mlmt.reward.reg_gap={mlmt.reward.reg_gap}: the snapshot refresh period must be >= 1")
-    if mlmt.reward.confidence_lambda < 0 or mlmt.reward.confidence_clip <= 0:
-        raise ConfigError("mlmt.reward.confidence_lambda must be >= 0 and mlmt.reward.confidence_clip > 0")
-    leak_penalty = mlmt.reward.leak_penalty  # agent_system/rewards/leak.py
-    if leak_penalty < 0:
-        raise ConfigError(f"mlmt.reward.leak_penalty={leak_penalty}: must be >= 0 (0: off)")
-    hl_frozen = frozen_reasons(config)["hl"]
-    if leak_penalty > 0 and (hl_frozen or mlmt.reward.hl_reward == "value_shaped"):
-        raise ConfigError(
-            f"mlmt.reward.leak_penalty={leak_penalty} with {hl_frozen or 'mlmt.reward.hl_reward=value_shaped'}: the "
-            "penalty is part of a trained HL's reward (not of value_shaped's), so it cannot act; set leak_penalty=0"
-        )
     stages = mlmt.stages
     count = len(stages.schedule)
     for key in STAGE_LISTS:
@@ -246,7 +235,6 @@ def validate_config(config: DictConfig) -> None:
         raise ConfigError(f"mlmt.stages.schedule must start at 0 and increase (got {list(stages.schedule)})")
     if any(s not in (1, 2) for s in stages.stage_ids):
         raise ConfigError(f"mlmt.stages.stage_ids must contain 1 or 2 (got {list(stages.stage_ids)})")
-    _check_ref_refresh(config)
     _reject_bypassed_verl_keys(config)
     _reject_inert(config)
     _reject_inert_torch_compile(config)
@@ -472,31 +460,6 @@ def _check_without_hl(config: DictConfig) -> None:
             )
 
 
-def _check_ref_refresh(config: DictConfig) -> None:
-    """``mlmt.ll.ref_refresh_freq`` needs an LL reference model to refresh and an LL that trains."""
-    freq = config.mlmt.ll.ref_refresh_freq
-    if freq < 0:
-        raise ConfigError(f"mlmt.ll.ref_refresh_freq={freq}: use 0 (never) or a period >= 1")
-    if freq == 0:
-        return
-    if frozen_levels(config)["ll"]:
-        raise ConfigError(
-            f"mlmt.ll.ref_refresh_freq={freq} with {frozen_reasons(config)['ll']}: the actor never changes"
-        )
-    if not reference_needed(config)["ll"]:
-        raise ConfigError(
-            f"mlmt.ll.ref_refresh_freq={freq} refreshes the LL's reference model, but there is none: set "
-            "mlmt.stages.beta_turn1 / beta_turn3 > 0 or actor_rollout_ref.actor.use_kl_loss=true"
-        )
-    if reference_in_actor(config)["ll"]:
-        raise ConfigError(
-            f"mlmt.ll.ref_refresh_freq={freq} with actor_rollout_ref.model.lora_rank="
-            f"{lora_rank(config.actor_rollout_ref.model)}: with LoRA the LL's reference is its base model with the "
-            "adapter switched off (no second copy), which a refresh cannot move; use full fine-tuning (lora_rank=0) "
-            "or no refresh"
-        )
-
-
 def _reject_cannot_act(config: DictConfig) -> None:
     """Reject settings that cannot act in this trainer (issue 16): each error names the keys."""
     mlmt, reward = config.mlmt, config.mlmt.reward
@@ -513,11 +476,6 @@ def _reject_cannot_act(config: DictConfig) -> None:
                 f"mlmt.reward.hl_reward={reward.hl_reward} with {reasons['hl']}: the HL reward trains only the HL, "
                 "which is never updated, yet its terms would be computed every step (contrastive: reference "
                 "refinements generated); set hl_reward=r3"
-            )
-        if reward.confidence_lambda > 0:
-            raise ConfigError(
-                f"mlmt.reward.confidence_lambda={reward.confidence_lambda} with {reasons['hl']}: the confidence "
-                "term is part of the HL's reward, and the HL is never updated; set confidence_lambda=0"
             )
     if mlmt.ll.turn3_group_by == "attempt" and mlmt.ll.adv_estimator not in GROUP_ESTIMATORS:
         raise ConfigError(

@@ -35,12 +35,12 @@ from collections import defaultdict
 import numpy as np
 import ray
 
+from agent_system.config import compose_config
+from agent_system.launcher.main import build_trainer, prepare_config
 from agent_system.multi_turn_rollout.batch import build_rows
 from agent_system.multi_turn_rollout.episode import EpisodeSettings
 from agent_system.prompts.templates import Task
 from agent_system.trainer import advantages as adv
-from agent_system.config import compose_config
-from agent_system.launcher.main import build_trainer, prepare_config
 from agent_system.trainer.mlmt_trainer import reward_item
 
 
@@ -74,7 +74,7 @@ def mlmt_step(trainer, step: int, levels: tuple[str, ...] = ("ll", "hl")) -> dic
         with timer("log_prob+advantages"):
             batch = trainer.build_level_batch(level, problems, episodes, scores, stage)
         with timer("update"):
-            trainer.update_level(level, batch)
+            trainer.update_level(batch)
         with timer("sync"):
             trainer.groups[level].weights_changed()
             trainer.groups[level].wake_up(step)

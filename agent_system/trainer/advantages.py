@@ -252,7 +252,7 @@ def needs_critic(estimator: str) -> bool:
 def critic_levels(config) -> tuple[str, ...]:
     """The levels that get a value model (verl's critic): the one rule, read by the plan, the memory estimate, the
     model-path checks and the launcher. A level gets one when its estimator is registered with ``critic=True``
-    (``gae``, a method's such as ``value_baseline``) and it trains: a frozen level's advantages are never computed,
+    (``gae``, or a method's) and it trains: a frozen level's advantages are never computed,
     so its critic would take memory and a folder in every checkpoint for nothing."""
     frozen = frozen_levels(config)
     return tuple(level for level in LEVELS if needs_critic(config.mlmt[level].adv_estimator) and not frozen[level])

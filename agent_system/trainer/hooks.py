@@ -16,14 +16,31 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     import pandas as pd
+    from omegaconf import DictConfig
     from verl import DataProto
 
+    from agent_system.levels.critic import CriticGroup
+    from agent_system.levels.policy import PolicyGroup
+    from agent_system.multi_turn_rollout.episode import EpisodeRunner
     from agent_system.trainer.advantages import LevelAdvantages
     from agent_system.trainer.rows import LevelInputs, LevelRows, StepData
+
+
+class Loop(Protocol):
+    """What a hook may read of the trainer it is handed (``MLMTTrainer``); nothing else of it is extension API
+    (``tests/unit/trainer/test_extension_points_on_cpu.py`` checks the methods read only these)."""
+
+    config: DictConfig  # the whole run config
+    mlmt: DictConfig  # config.mlmt
+    global_step: int  # the step being run (or the last one, in save/restore)
+    groups: dict[str, PolicyGroup]  # each level's policy workers and rollout servers
+    critics: dict[str, CriticGroup]  # each level's verl critic, where it has one (advantages.critic_levels)
+    tokenizers: dict[str, Any]  # each level's tokenizer
+    runner: EpisodeRunner  # the episode runner (its prompts: runner.prompts)
 
 
 class Extension:
@@ -52,11 +69,11 @@ class Extension:
     def check_data(self, frame: pd.DataFrame, path: str) -> None:
         """Before any worker starts: refuse training rows the method cannot use (raise ValueError naming ``path``)."""
 
-    def start(self, trainer: Any) -> None:
+    def start(self, trainer: Loop) -> None:
         """Once, after the workers started and before the first step (start actors, load models)."""
 
     def level_inputs(
-        self, trainer: Any, level: str, step: StepData, rows: LevelRows, batch: DataProto, inputs: LevelInputs
+        self, trainer: Loop, level: str, step: StepData, rows: LevelRows, batch: DataProto, inputs: LevelInputs
     ) -> dict[str, float]:
         """Fill ``inputs`` for ``level``'s rows (``values``, ``extra_reward``, ``features``); returns metrics."""
         return {}
@@ -65,16 +82,16 @@ class Extension:
         """Metrics of ``level``'s advantages (what the method put into them)."""
         return {}
 
-    def before_updates(self, trainer: Any, batches: dict[str, DataProto]) -> None:
+    def before_updates(self, trainer: Loop, batches: dict[str, DataProto]) -> None:
         """After every level's batch is built, before the first update (may add tensors to a batch)."""
 
-    def after_step(self, trainer: Any, step: int) -> dict[str, float]:
+    def after_step(self, trainer: Loop, step: int) -> dict[str, float]:
         """After the step's updates (their weights reach the rollout servers at the next wake-up); returns metrics."""
         return {}
 
-    def save(self, trainer: Any, folder: Path) -> None:
+    def save(self, trainer: Loop, folder: Path) -> None:
         """Write the method's state into the checkpoint folder ``global_step_N``."""
 
-    def restore(self, trainer: Any, folder: Path) -> dict[str, float]:
+    def restore(self, trainer: Loop, folder: Path) -> dict[str, float]:
         """Restore the method's state from ``global_step_N`` on resume; returns metrics logged at the resumed step."""
         return {}

@@ -45,7 +45,7 @@ from agent_system.trainer import advantages as adv
 from agent_system.trainer import state as st
 from agent_system.trainer.hooks import Extension
 from agent_system.trainer.metrics import episode_metrics, plot_history, trajectory_records
-from agent_system.trainer.rows import LevelInputs, LevelRows, StepData, StepScores
+from agent_system.trainer.rows import LevelBatch, LevelInputs, LevelRows, StepData, StepScores
 from agent_system.trainer.schedule import levels_to_update
 from agent_system.trainer.stop_request import STOP_REQUEST
 
@@ -218,26 +218,29 @@ class MLMTTrainer:
         no-feedback refinement, or per feedback from ``references`` (the lagged snapshot's refinements,
         ``[problem][attempt][k]``). Graded in worker processes."""
         b, n, m = len(episodes), len(episodes[0].attempts), len(episodes[0].attempts[0].refinements)
-        no_feedback = episodes[0].attempts[0].no_feedback_refinement is not None
-        items = []
+        no_feedback = references is None and episodes[0].attempts[0].no_feedback_refinement is not None
+        r1, r3 = np.full((b, n), np.nan), np.full((b, n, m), np.nan)
+        r_ref = np.full((b, n, m if references is not None else 1), np.nan)  # per feedback | per attempt
+        cells, items = [], []  # (grid, index) of each graded turn, in the order of items
         for i, (row, episode) in enumerate(zip(problems, episodes, strict=True)):
             for j, attempt in enumerate(episode.attempts):
-                # per attempt, in this order: the attempt, its m refinements, then R_ref's turns
-                turns = [attempt.attempt] + [r.refinement for r in attempt.refinements]
-                if no_feedback:
-                    turns.append(attempt.no_feedback_refinement)
+                turns = [(r1, (i, j), attempt.attempt)]
+                turns += [(r3, (i, j, k), r.refinement) for k, r in enumerate(attempt.refinements)]
                 if references is not None:
-                    turns += references[i][j]
-                context = [grading_context(row, t.prompt_ids, self.tokenizers["ll"]) for t in turns]
-                items += [reward_item(row, t.text, c) for t, c in zip(turns, context, strict=True)]
-        flat = np.array([r["score"] for r in self.reward_pool.score(items)], dtype=np.float64)
-        grid = flat.reshape(b, n, -1)  # (B, n, 1 + m [+ 1 | + m])
-        r1, r3, rest = grid[:, :, 0], grid[:, :, 1 : 1 + m], grid[:, :, 1 + m :]
+                    turns += [(r_ref, (i, j, k), turn) for k, turn in enumerate(references[i][j])]
+                elif no_feedback:
+                    turns.append((r_ref, (i, j, 0), attempt.no_feedback_refinement))
+                for grid, index, turn in turns:
+                    cells.append((grid, index))
+                    context = grading_context(row, turn.prompt_ids, self.tokenizers["ll"])
+                    items.append(reward_item(row, turn.text, context))
+        for (grid, index), result in zip(cells, self.reward_pool.score(items), strict=True):
+            grid[index] = result["score"]
         leaks = leak.leak_scores(problems, episodes, self.reward_pool).get("leak")  # (B, n, m): feedback states y*
         if references is not None:
-            return StepScores(r1=r1, r3=r3, r_ref_feedback=rest, leak=leaks)
+            return StepScores(r1=r1, r3=r3, r_ref_feedback=r_ref, leak=leaks)
         if no_feedback:
-            return StepScores(r1=r1, r3=r3, r_ref_attempt=rest[:, :, 0], leak=leaks)
+            return StepScores(r1=r1, r3=r3, r_ref_attempt=r_ref[:, :, 0], leak=leaks)
         return StepScores(r1=r1, r3=r3, leak=leaks)
 
     def train_levels(
@@ -257,13 +260,13 @@ class MLMTTrainer:
         one after the other, before any update; ``Extension.before_updates`` then sees all of them.
         """
 
-        def build(level: str) -> DataProto:
+        def build(level: str) -> LevelBatch:
             with _timer(timing, f"log_prob_{level}"):
                 return self.build_level_batch(level, problems, episodes, scores, stage)
 
-        def update(level: str, batch: DataProto) -> dict[str, float]:
+        def update(level: str, batch: LevelBatch) -> dict[str, float]:
             with _timer(timing, f"update_{level}"):
-                metrics = self.update_level(level, batch)
+                metrics = self.update_level(batch)
             self.groups[level].weights_changed()
             return metrics
 
@@ -276,7 +279,7 @@ class MLMTTrainer:
         else:
             return {k: v for level in levels for k, v in update(level, build(level)).items()}
         for extension in self.extensions:
-            extension.before_updates(self, batches)
+            extension.before_updates(self, {level: batch.data for level, batch in batches.items()})
         if not side_by_side:
             return {k: v for level in levels for k, v in update(level, batches[level]).items()}
         with ThreadPoolExecutor(max_workers=len(levels), thread_name_prefix="mlmt_level") as pool:
@@ -285,7 +288,7 @@ class MLMTTrainer:
 
     def build_level_batch(
         self, level: str, problems: list[dict], episodes: list[Episode], scores: StepScores, stage: adv.Stage
-    ) -> DataProto:
+    ) -> LevelBatch:
         """Rows of one level with per-turn rewards on the last token and advantages from the level's estimator."""
         rows = LevelRows.of(level, episodes)
         step = StepData(problems=problems, episodes=episodes, scores=scores, stage=stage)
@@ -328,7 +331,7 @@ class MLMTTrainer:
         lengths = mask.sum(-1)
         # The rollout server sampled these tokens; the actor re-scores them. A gap means a stale or wrong weight sync.
         gap = (old_log_probs - batch.batch["rollout_log_probs"]).abs() * mask
-        batch.meta_info["metrics"] = {
+        metrics = {
             f"{level}/rollout_actor_logprob_diff_max": float(gap.max()),
             f"{level}/rollout_actor_logprob_diff_mean": float(gap.sum() / mask.sum()),
             f"{level}/reward_mean": float(rewards.mean()),
@@ -341,21 +344,22 @@ class MLMTTrainer:
             f"{level}/response_length": float(lengths.mean()),
             f"{level}/rows": len(batch),
         }
-        batch.meta_info["metrics"].update(extra_metrics)
+        metrics.update(extra_metrics)
         for extension in self.extensions:
-            batch.meta_info["metrics"].update(extension.level_metrics(level, inputs, result))
+            metrics.update(extension.level_metrics(level, inputs, result))
         if result.r3_advantages is not None:
             # how far the HL reward moves the advantages from those of S2 = R3 (0: the shaping cancels in its groups)
             task_advantages = advantages + torch.as_tensor(result.kl_penalty, dtype=advantages.dtype)[:, None] * mask
             r3_gap = (task_advantages - result.r3_advantages).abs()
-            batch.meta_info["metrics"]["hl/advantage_gap_to_r3"] = float((r3_gap * mask).sum() / mask.sum())
-        return batch
+            metrics["hl/advantage_gap_to_r3"] = float((r3_gap * mask).sum() / mask.sum())
+        return LevelBatch(level, batch, metrics)
 
-    def update_level(self, level: str, batch: DataProto) -> dict[str, float]:
-        metrics = dict(batch.meta_info.pop("metrics"))
+    def update_level(self, batch: LevelBatch) -> dict[str, float]:
+        """The level's critic (if it has one) and actor updated on ``batch``; the build's metrics and the update's."""
+        level, metrics = batch.level, dict(batch.metrics)
         if level in self.critics:
-            metrics.update({f"{level}/{k}": v for k, v in self.critics[level].update(batch).items()})
-        update = self.groups[level].update_actor(batch)
+            metrics.update({f"{level}/{k}": v for k, v in self.critics[level].update(batch.data).items()})
+        update = self.groups[level].update_actor(batch.data)
         metrics.update({f"{level}/{k.removeprefix('actor/')}": v for k, v in update.items()})
         return metrics
 

@@ -8,9 +8,13 @@ attempt (``mlmt.m``; m = 0 with ``mlmt.feedback=none``), N rows of a level, R re
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
+
+if TYPE_CHECKING:
+    from verl import DataProto
 
 
 @dataclass(frozen=True)
@@ -169,3 +173,20 @@ class StepData:
     episodes: list
     scores: StepScores
     stage: object  # advantages.Stage
+
+
+@dataclass(frozen=True)
+class LevelBatch:
+    """A level's batch, built (log-probs, values, advantages) and handed to its update.
+
+    Attributes:
+        level: "ll" or "hl".
+        data: verl's ``DataProto`` of the rows, with ``old_log_probs``, ``advantages``, ``returns`` (and
+            ``ref_log_prob``, ``values``, the per-turn KL coefficient where they apply): what the workers read.
+        metrics: what the build measured (rewards, advantages, KL, the rollout/actor log-prob gap, the methods'
+            metrics), logged with the update's.
+    """
+
+    level: str
+    data: DataProto
+    metrics: dict[str, float]

@@ -106,12 +106,13 @@ def test_guidance_update_raises_the_feedbacks_that_led_to_a_correct_refinement(t
 
     for step in (1, 2):  # stage I and stage II: the guidance model's reward is R3 in both
         _, stage = adv.stage_at(config.mlmt.stages, step)
-        batch = trainer.build_level_batch("hl", None, episodes, scores, stage)
+        built = trainer.build_level_batch("hl", None, episodes, scores, stage)
+        batch = built.data
         mask = batch.batch["response_mask"].float()
         expected = torch.as_tensor(R3.reshape(-1), dtype=torch.float32)[:, None] * mask  # REINFORCE: R3 per token
         torch.testing.assert_close(batch.batch["advantages"].float() * mask, expected)
         before = _row_log_probs(group, batch)
-        metrics = trainer.update_level("hl", batch)
+        metrics = trainer.update_level(built)
         after = _row_log_probs(group, batch)
         change = after - before
         print(f"step {step}: change of each feedback's log-prob", np.round(change, 4), "R3", R3.reshape(-1))

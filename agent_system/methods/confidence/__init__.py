@@ -97,5 +97,18 @@ def confidence_terms(trainer: Any, problems: list[dict], episodes: list, rows) -
     return confidence_bonus(mean_logp[:count], mean_logp[count:], reward.confidence_lambda, reward.confidence_clip)
 
 
+def config_errors(config, frozen: dict[str, str]) -> list[str]:
+    """``mlmt.reward.confidence_lambda`` / ``confidence_clip`` in range, and the term only where the HL trains."""
+    reward = config.mlmt.reward
+    if reward.confidence_lambda < 0 or reward.confidence_clip <= 0:
+        return ["mlmt.reward.confidence_lambda must be >= 0 and mlmt.reward.confidence_clip > 0"]
+    if reward.confidence_lambda > 0 and config.mlmt.feedback == "model" and frozen["hl"]:
+        return [
+            f"mlmt.reward.confidence_lambda={reward.confidence_lambda} with {frozen['hl']}: the confidence term is "
+            "part of the HL's reward, and the HL is never updated; set confidence_lambda=0"
+        ]
+    return []
+
+
 def extension(config) -> ConfidenceTerm | None:
     return ConfidenceTerm() if config.mlmt.reward.get("confidence_lambda", 0) > 0 else None

@@ -25,6 +25,19 @@ class LeakPenalty(Extension):
         return {}
 
 
+def config_errors(config, frozen: dict[str, str]) -> list[str]:
+    """``mlmt.reward.leak_penalty`` >= 0, and > 0 only where it is part of a trained HL's reward."""
+    penalty, reward = config.mlmt.reward.leak_penalty, config.mlmt.reward
+    if penalty < 0:
+        return [f"mlmt.reward.leak_penalty={penalty}: must be >= 0 (0: off)"]
+    if penalty > 0 and (frozen["hl"] or reward.hl_reward == "value_shaped"):
+        return [
+            f"mlmt.reward.leak_penalty={penalty} with {frozen['hl'] or 'mlmt.reward.hl_reward=value_shaped'}: the "
+            "penalty is part of a trained HL's reward (not of value_shaped's), so it cannot act; set leak_penalty=0"
+        ]
+    return []
+
+
 def extension(config) -> LeakPenalty | None:
     penalty = float(config.mlmt.reward.get("leak_penalty", 0.0) or 0.0)
     return LeakPenalty(penalty) if penalty > 0 else None

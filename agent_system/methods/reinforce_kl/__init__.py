@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from agent_system.config import lora_rank, reference_in_actor, reference_needed
 from agent_system.trainer.hooks import Extension
 
 
@@ -46,6 +47,31 @@ class ReferenceRefreshExtension(Extension):
 
     def restore(self, trainer: Any, folder: Path) -> dict[str, float]:
         return self.refresh.restore(trainer.groups["ll"], folder)
+
+
+def config_errors(config, frozen: dict[str, str]) -> list[str]:
+    """``mlmt.ll.ref_refresh_freq`` needs an LL reference model to refresh (a second copy: not LoRA's base) and an LL
+    that trains."""
+    freq = config.mlmt.ll.ref_refresh_freq
+    if freq < 0:
+        return [f"mlmt.ll.ref_refresh_freq={freq}: use 0 (never) or a period >= 1"]
+    if freq == 0:
+        return []
+    if frozen["ll"]:
+        return [f"mlmt.ll.ref_refresh_freq={freq} with {frozen['ll']}: the actor never changes"]
+    if not reference_needed(config)["ll"]:
+        return [
+            f"mlmt.ll.ref_refresh_freq={freq} refreshes the LL's reference model, but there is none: set "
+            "mlmt.stages.beta_turn1 / beta_turn3 > 0 or actor_rollout_ref.actor.use_kl_loss=true"
+        ]
+    if reference_in_actor(config)["ll"]:
+        return [
+            f"mlmt.ll.ref_refresh_freq={freq} with actor_rollout_ref.model.lora_rank="
+            f"{lora_rank(config.actor_rollout_ref.model)}: with LoRA the LL's reference is its base model with the "
+            "adapter switched off (no second copy), which a refresh cannot move; use full fine-tuning (lora_rank=0) "
+            "or no refresh"
+        ]
+    return []
 
 
 def extension(config) -> ReferenceRefreshExtension | None:

@@ -342,7 +342,7 @@ def test_leak_penalty_in_the_logged_hl_reward_and_the_leak_metrics(pool):
         trainer.groups, trainer.critics, trainer.extensions = {"hl": _Group()}, {}, methods.load(config)
         scores = dataclasses.replace(trainer.score(problems, episodes), r1=R1, r3=R3)  # the solver's turns as if so
         batch = trainer.build_level_batch("hl", problems, episodes, scores, adv.stage_at(config.mlmt.stages, 1)[1])
-        means[penalty] = batch.meta_info["metrics"]["hl/reward_mean"]
+        means[penalty] = batch.metrics["hl/reward_mean"]
     assert means[0.0] == pytest.approx(0.5) and means[0.5] == pytest.approx(0.5 - 0.5 * 1 / 4)
     metrics = episode_metrics(episodes, scores, prefix="train")
     assert metrics["train/leak_rate"] == 0.25 and metrics["train/leak_rate_i2c"] == 1.0  # the one i→c flip leaked

@@ -19,6 +19,24 @@ from agent_system.trainer.rows import LevelInputs, RowKeys, StepScores
 METHOD_WORDS = ("archer", "value_baseline", "value_shaped", "value_shaping", "ref_refresh", "confidence_lambda", "yaml")
 
 
+def test_the_methods_read_of_the_trainer_only_what_the_hooks_protocol_lists():
+    """Every ``trainer.<name>`` a method reads (its hooks are handed the trainer) is an attribute of ``hooks.Loop``."""
+    import ast
+    from pathlib import Path
+
+    from agent_system.trainer.hooks import Loop
+
+    read = {}
+    for path in Path(methods.__file__).parent.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "trainer":
+                read.setdefault(node.attr, set()).add(path.name)
+    assert {"groups", "tokenizers"} <= set(read)
+    assert set(read) <= set(Loop.__annotations__), {
+        name: f for name, f in read.items() if name not in Loop.__annotations__
+    }
+
+
 def test_the_loop_and_the_advantage_code_name_no_method():
     loop = [MLMTTrainer.fit, MLMTTrainer.score, MLMTTrainer.train_levels, MLMTTrainer.build_level_batch]
     sources = {f.__qualname__: inspect.getsource(f) for f in loop} | {"advantages.py": inspect.getsource(adv)}

@@ -87,7 +87,7 @@ HL_KL = [0.5, 0.2, 1.5, 0.1]
 # (attempt 0 has R1 = 0, attempt 1 has R1 = 1)
 TASK_REWARDS = {1: [0.0, 0.0, 1.0, 0.0, 1.0, 1.0], 2: [0.25, 1.0, 1.5, 0.0, 1.0, 1.0]}
 LL_GROUPS = [[0, 1], [2, 3, 4, 5]]  # the turn-1 rows and the turn-3 rows of the one problem
-ESTIMATORS = ["grpo", "rloo", "reinforce", "reinforce_plus_plus", "gae"]  # the built-in estimators (advantages.estimator_names)
+ESTIMATORS = ["grpo", "rloo", "reinforce", "reinforce_plus_plus", "gae"]  # built-in (advantages.estimator_names)
 
 
 def _values(mask):

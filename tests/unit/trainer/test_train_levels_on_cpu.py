@@ -15,6 +15,7 @@ from omegaconf import OmegaConf
 
 from agent_system.methods.confidence import ConfidenceTerm
 from agent_system.trainer.mlmt_trainer import MLMTTrainer
+from agent_system.trainer.rows import LevelBatch
 
 CALL_S = 0.3
 
@@ -45,11 +46,11 @@ def _trainer(placement="split", confidence_lambda=0.0):
 
     def build_level_batch(level, *args):
         trainer.groups[level].call("log_prob")
-        return level
+        return LevelBatch(level, None, {})
 
-    def update_level(level, batch):
-        trainer.groups[level].call("update")
-        return {f"{level}/pg_loss": 0.0}
+    def update_level(batch):
+        trainer.groups[batch.level].call("update")
+        return {f"{batch.level}/pg_loss": 0.0}
 
     trainer.build_level_batch, trainer.update_level = build_level_batch, update_level
     return trainer, log
