@@ -37,11 +37,11 @@ import ray
 
 from agent_system.config import compose_config
 from agent_system.launcher.main import build_trainer, prepare_config
-from agent_system.multi_turn_rollout.batch import build_rows
 from agent_system.multi_turn_rollout.episode import EpisodeSettings
 from agent_system.prompts.templates import Task
 from agent_system.trainer import advantages as adv
 from agent_system.trainer.mlmt_trainer import reward_item
+from agent_system.trainer.packing import build_rows
 
 
 class Timer:

@@ -37,7 +37,6 @@ from agent_system import verl_compat as vc
 from agent_system.config import checkpoints_to_keep, frozen_levels
 from agent_system.levels.turn_kl import TURN_KL_COEF
 from agent_system.levels.weight_sync import RolloutWeights
-from agent_system.multi_turn_rollout.batch import build_rows, padding_id
 from agent_system.multi_turn_rollout.episode import Episode, EpisodeRunner, EpisodeSettings
 from agent_system.prompts.templates import Task
 from agent_system.rewards import grading_context, leak
@@ -45,6 +44,7 @@ from agent_system.trainer import advantages as adv
 from agent_system.trainer import state as st
 from agent_system.trainer.hooks import Extension
 from agent_system.trainer.metrics import episode_metrics, plot_history, trajectory_records
+from agent_system.trainer.packing import build_rows, padding_id
 from agent_system.trainer.rows import LevelBatch, LevelInputs, LevelRows, StepData, StepScores
 from agent_system.trainer.schedule import levels_to_update
 from agent_system.trainer.stop_request import STOP_REQUEST

@@ -16,7 +16,7 @@ pytestmark = pytest.mark.integration
 def test_permuted_batch_gives_the_same_update(tiny_models, ray_per_test, tmp_path):
     from agent_system.config import compose_config
     from agent_system.levels.placement import build_workers
-    from agent_system.multi_turn_rollout.batch import build_rows
+    from agent_system.trainer.packing import build_rows
 
     config = compose_config(
         [

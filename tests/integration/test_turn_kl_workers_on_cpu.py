@@ -46,7 +46,7 @@ def _ll_group_and_rows(ll_path: str, *overrides: str):
     tokens (6-token prompts, 8-token responses); returns (group, rows, the generator that drew them)."""
     from agent_system.config import compose_config
     from agent_system.levels.placement import build_workers
-    from agent_system.multi_turn_rollout.batch import build_rows
+    from agent_system.trainer.packing import build_rows
 
     config = compose_config(
         [

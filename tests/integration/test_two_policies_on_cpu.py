@@ -54,7 +54,7 @@ def _sample(policy, prompts, max_tokens=12):
 
 
 def _rows(prompts, outputs, pad):
-    from agent_system.multi_turn_rollout.batch import build_rows
+    from agent_system.trainer.packing import build_rows
 
     return build_rows(prompts, [o.token_ids for o in outputs], pad, [o.log_probs for o in outputs])
 

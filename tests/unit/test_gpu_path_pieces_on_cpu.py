@@ -11,7 +11,7 @@ import torch
 
 
 def _rows(count: int):
-    from agent_system.multi_turn_rollout.batch import build_rows
+    from agent_system.trainer.packing import build_rows
 
     rows = build_rows([[1, 2, 3]] * count, [[4, 5]] * count, 0)
     rows.batch["advantages"] = torch.ones(count, 2)
@@ -61,7 +61,7 @@ def test_padding_id_falls_back_to_eos_for_padless_tokenizers(tmp_path):
     from transformers import AutoTokenizer
 
     from agent_system.models.tiny import build_tiny_tokenizer
-    from agent_system.multi_turn_rollout.batch import build_rows, padding_id
+    from agent_system.trainer.packing import build_rows, padding_id
 
     build_tiny_tokenizer(tmp_path, pad_token=False)
     tokenizer = AutoTokenizer.from_pretrained(tmp_path)

@@ -67,7 +67,7 @@ def confidence_terms(trainer: Any, problems: list[dict], episodes: list, rows) -
     (:func:`context_without_feedback`) and the tokenized reference are built once per attempt and per problem. Both
     sets are scored in one ``compute_log_prob``.
     """
-    from agent_system.multi_turn_rollout.batch import build_rows, padding_id
+    from agent_system.trainer.packing import build_rows, padding_id
 
     tokenizer, prompts = trainer.tokenizers["ll"], trainer.runner.prompts
     limit, budget = trainer.config.data.max_response_length, trainer.config.data.max_prompt_length

@@ -120,7 +120,7 @@ class ReferenceRefresh:
     """The trainer's side: when to refresh, and the reference's part of a checkpoint (``mlmt.ll.ref_refresh_freq``)."""
 
     def __init__(self, freq: int, tokenizer) -> None:
-        from agent_system.multi_turn_rollout.batch import build_rows, padding_id
+        from agent_system.trainer.packing import build_rows, padding_id
 
         self.freq = int(freq)
         vocab = min(len(tokenizer), 64)

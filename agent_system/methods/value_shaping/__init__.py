@@ -85,7 +85,7 @@ class ValueShaping(Extension):
 def feedback_values(trainer: Any, hl_rows, episodes: list) -> np.ndarray:
     """V(x, z, g) of each HL row: the solver critic's value of the turn-3 prompt the feedback leads to (position 0
     of the turn-3 row); the LL's turn-3 rows are in the HL rows' order (one per feedback)."""
-    from agent_system.multi_turn_rollout.batch import build_rows, padding_id
+    from agent_system.trainer.packing import build_rows, padding_id
     from agent_system.trainer.rows import LevelRows
 
     turn3 = LevelRows.of("ll", episodes).select(3)

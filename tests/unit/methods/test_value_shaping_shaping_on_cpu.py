@@ -27,9 +27,9 @@ from agent_system.launcher.main import check_config
 from agent_system.levels import critic as critic_module
 from agent_system.levels.policy import to_padding_free
 from agent_system.methods.value_shaping import shaping as vs
-from agent_system.multi_turn_rollout.batch import build_rows
 from agent_system.trainer import advantages as adv
 from agent_system.trainer.advantages import Stage
+from agent_system.trainer.packing import build_rows
 from agent_system.trainer.rows import LevelInputs, RowKeys, StepScores
 
 # one problem, n = 2 attempts, m = 2 feedbacks each: LL rows (turn 1, turn 3) and HL rows (turn 2)

@@ -15,9 +15,9 @@ import torch
 from agent_system import verl_compat as vc
 from agent_system.config import compose_config
 from agent_system.levels.policy import to_padding_free
-from agent_system.multi_turn_rollout.batch import build_rows
 from agent_system.multi_turn_rollout.episode import Attempt, Episode, Turn
 from agent_system.prompts.templates import Prompt, Task
+from agent_system.trainer.packing import build_rows
 from agent_system.trainer.rows import LevelRows
 
 ACTOR = vc.omega_conf_to_dataclass(compose_config([]).actor_rollout_ref.actor)

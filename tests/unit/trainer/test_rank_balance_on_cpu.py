@@ -20,7 +20,7 @@ from agent_system.config import compose_config
 from agent_system.levels.balance import balanced_order
 from agent_system.levels.critic import CriticGroup
 from agent_system.levels.policy import PolicyGroup
-from agent_system.multi_turn_rollout.batch import build_rows
+from agent_system.trainer.packing import build_rows
 
 # One long problem's rows first, then short ones: the episode order puts all the long rows on rank 0.
 PROMPT_LENGTHS = [30, 30, 28, 28, 6, 6, 5, 4]

@@ -15,7 +15,7 @@ from agent_system import verl_compat as vc
 from agent_system.config import compose_config
 from agent_system.levels.policy import to_padding_free
 from agent_system.levels.turn_kl import LOSS_METRIC, TURN_KL_COEF, turn_kl_loss
-from agent_system.multi_turn_rollout.batch import build_rows
+from agent_system.trainer.packing import build_rows
 
 ACTOR = vc.omega_conf_to_dataclass(compose_config([]).actor_rollout_ref.actor)
 PROMPTS = [[1, 2, 3], [1, 2, 3, 4, 5], [1, 2], [1, 2, 7, 8]]
