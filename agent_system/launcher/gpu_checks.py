@@ -77,7 +77,7 @@ def pool_demands(config: DictConfig, device_resource: str) -> list[Demand]:
     A pool process takes one ``CPU`` and one ``device_resource`` slot (verl's bundle ``{"CPU": 1, <device>: 1}``; on
     the CPU backend the device resource is ``CPU`` itself, so one slot). Pools: the two levels (``split``) or the
     shared one (``colocated``), the lagged snapshot's (``mlmt.reward.contrastive_reference=lagged_snapshot``, shaped
-    like the LL's) and the ArCHer critic's actor (``mlmt.archer.num_gpus`` devices, no CPU slot).
+    like the LL's) and the selected methods' own actors (``methods.resource_demands``: ArCHer's critic).
     """
     from agent_system.config import level_nodes
 
@@ -106,11 +106,7 @@ def pool_demands(config: DictConfig, device_resource: str) -> list[Demand]:
             f"lagged snapshot pool (mlmt.reward.contrastive_reference=lagged_snapshot, mlmt.ll_gpus={mlmt.ll_gpus})"
         )
         demands += pool(snapshot, level_nodes(config, "ll"))
-    if mlmt.ll.adv_estimator == "archer" and mlmt.archer.num_gpus > 0:
-        demands.append(
-            Demand(f"ArCHer critic (mlmt.archer.num_gpus={mlmt.archer.num_gpus})", {"GPU": float(mlmt.archer.num_gpus)})
-        )
-    return demands
+    return demands + [Demand(name, resources) for name, resources in methods.resource_demands(config)]
 
 
 def idle_devices_notice(config: DictConfig, visible: int | None) -> str | None:

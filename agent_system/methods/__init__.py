@@ -5,7 +5,9 @@ when imported (``trainer/advantages.py``), and may define:
 
 * ``extension(config)``: its :class:`~agent_system.trainer.hooks.Extension` when the config selects it, else None;
 * ``config_errors(config, frozen)``: the start-up refusals of its settings (``frozen``: ``config.frozen_reasons``);
-* ``model_path_keys(config)``: the config keys of models it loads (checked and resolved like the policies').
+* ``model_path_keys(config)``: the config keys of models it loads (checked and resolved like the policies');
+* ``resource_demands(config)``: ``(name, {resource: amount})`` of each Ray actor it starts outside the levels' pools
+  (checked against the cluster's free resources with the pools).
 
 The launcher calls :func:`check_config` at start-up (which imports them all) and :func:`load` to build the trainer.
 """
@@ -65,6 +67,12 @@ def model_path_keys(config) -> list[str]:
         if hasattr(module, "model_path_keys")
         for key in module.model_path_keys(config)
     ]
+
+
+def resource_demands(config) -> list[tuple[str, dict[str, float]]]:
+    """The Ray resources the selected methods' and plug-ins' own actors ask for (one entry per actor)."""
+    modules = [module for module in import_all(config) if hasattr(module, "resource_demands")]
+    return [demand for module in modules for demand in module.resource_demands(config)]
 
 
 def load(config) -> list[Extension]:

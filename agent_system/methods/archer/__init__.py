@@ -106,5 +106,13 @@ def model_path_keys(config) -> list[str]:
     return ["mlmt.archer.critic_model_path"] if config.mlmt.ll.adv_estimator == NAME else []
 
 
+def resource_demands(config) -> list[tuple[str, dict[str, float]]]:
+    """The utterance critic's actor: ``mlmt.archer.num_gpus`` devices (none on CPU: it then shares the driver's)."""
+    gpus = config.mlmt.archer.num_gpus
+    if config.mlmt.ll.adv_estimator != NAME or gpus <= 0:
+        return []
+    return [(f"ArCHer critic (mlmt.archer.num_gpus={gpus})", {"GPU": float(gpus)})]
+
+
 def extension(config) -> ArcherExtension | None:
     return ArcherExtension() if config.mlmt.ll.adv_estimator == NAME else None
