@@ -1,6 +1,6 @@
 """A method from outside the package plugs in with no file of the trainer changed (issue 35, item 2): a module named in
 ``mlmt.plugins`` registers an estimator with a critic, a config check, a model path and an extension with its own
-critic loss, and each acts where the trainer's own methods do: the accepted estimators, the start-up refusals, the
+critic loss and a Ray actor's resources, and each acts where the trainer's own methods do: the accepted estimators, the start-up refusals, the
 levels that get a critic (and the plan's line for it), the model paths checked on every node, the critic's loss.
 """
 
@@ -13,7 +13,7 @@ import torch
 
 from agent_system import methods
 from agent_system.config import ConfigError, compose_config
-from agent_system.launcher.gpu_checks import model_path_keys
+from agent_system.launcher.gpu_checks import model_path_keys, pool_demands
 from agent_system.launcher.main import _critic_loss, check_config
 from agent_system.launcher.plan import critic_name
 from agent_system.trainer import advantages as adv
@@ -38,6 +38,10 @@ def config_errors(config, frozen):
 
 def model_path_keys(config):
     return ["mlmt.dataset.seed"] if config.mlmt.ll.adv_estimator == NAME else []
+
+
+def resource_demands(config):
+    return [("centred critic's helper actor", {"GPU": 1.0})] if config.mlmt.ll.adv_estimator == NAME else []
 
 
 def critic_loss(config, model_output, data, dp_group=None):
@@ -89,6 +93,7 @@ def test_the_plugins_estimator_check_critic_paths_and_loss_act(plugin):
     assert adv.critic_levels(config) == ("ll",)
     assert critic_name(config, "ll") == "critic"  # the plan and memory estimate count its critic
     assert "critic.model.path" in model_path_keys(config) and "mlmt.dataset.seed" in model_path_keys(config)
+    assert pool_demands(config, "GPU")[-1].what == "centred critic's helper actor"  # checked with the pools
     extensions = methods.load(config)
     assert [extension.name for extension in extensions] == ["centred_by_critic"]
     assert _critic_loss(extensions, "ll")(None, None, None) == "the plug-in's loss"
