@@ -4,6 +4,11 @@
 #
 #   bash scripts/run_tests.sh [pytest args ...]          # every tier: unit, integration, e2e, gpu
 #   MLMT_TEST_TIERS="unit e2e" bash scripts/run_tests.sh  # some tiers (the folders under tests/)
+#   MLMT_TEST_SET=extended bash scripts/run_tests.sh      # the tests marked `extended` (left out per commit)
+#   MLMT_TEST_SET=all bash scripts/run_tests.sh           # both
+#
+# By default (MLMT_TEST_SET=commit, what CI runs) the tests marked `extended` are left out: the runs that repeat a path
+# the per-commit set already takes (docs/MEASUREMENTS.md, "Test suite", says which run where).
 #
 # First ruff (check and format --check, the version pinned in requirements/constraints-cpu.txt; .pre-commit-config.yaml
 # runs the same before a commit). The pytest args go to every tier's run. Each tier runs even when ruff or an earlier
@@ -26,6 +31,12 @@ cd "$(dirname "$0")/.."
 bash scripts/install.sh
 export RAY_AUTH_MODE="${RAY_AUTH_MODE:-disabled}"
 tiers="${MLMT_TEST_TIERS:-unit integration e2e gpu}"
+case "${MLMT_TEST_SET:-commit}" in
+  commit) selection=(-m "not extended") ;;
+  extended) selection=(-m extended) ;;
+  all) selection=() ;;
+  *) echo "run_tests.sh: MLMT_TEST_SET=${MLMT_TEST_SET} (use commit, extended or all)" >&2; exit 2 ;;
+esac
 summary=()
 failed=0
 echo "=== ruff: check and format --check"
@@ -50,7 +61,7 @@ for tier in $tiers; do
     # the unit tier's hundreds of short tests go in batches; one test at a time for the others
     [ "$tier" = unit ] || parallel+=(--dist load --maxschedchunk 1)
   fi
-  "${threads[@]}" .venv/bin/python -m pytest -q -p no:cacheprovider --durations=15 "${parallel[@]}" "$@" "tests/$tier" || status=$?
+  "${threads[@]}" .venv/bin/python -m pytest -q -p no:cacheprovider --durations=15 "${parallel[@]}" "${selection[@]}" "$@" "tests/$tier" || status=$?
   seconds=$(($(date +%s) - started))
   case $status in
     0) verdict=passed ;;

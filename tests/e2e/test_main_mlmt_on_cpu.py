@@ -114,6 +114,7 @@ def _smallest_prompt_budget(models: dict, files: tuple[str, str], min_quote_toke
     return PromptBuilder({}, min_quote_tokens).largest_prompt(tasks, tokenizers)[0]
 
 
+@pytest.mark.extended
 @pytest.mark.slow(seconds=165)
 def test_mbpp_two_steps_padless_tokenizers_tight_prompt_budget(padless_models, tmp_path):
     import pandas as pd
@@ -379,6 +380,7 @@ def test_two_lora_levels_resume_after_hard_kill(tiny_models, tmp_path):
     assert (Path(exported["hl"]) / "config.json").is_file() and (Path(exported["ll"]) / "config.json").is_file()
 
 
+@pytest.mark.extended
 @pytest.mark.slow(seconds=200)
 def test_ppo_with_critics_kl_and_confidence_colocated_two_ranks(tiny_models, tmp_path):
     """PPO (gae + a critic per level), β > 0 (reference models), the HL confidence term, colocated on two ranks."""

@@ -40,6 +40,7 @@ def _common(ll, hl, data):
     ]
 
 
+@pytest.mark.extended
 def test_contrastive_snapshot_kl_loss_and_epochs(cue_ll_unsure, cue_hl, cue_data, tmp_path):
     out = tmp_path / "run"
     metrics = run_main(

@@ -52,6 +52,7 @@ def _overrides(ll, hl, data):
     ]
 
 
+@pytest.mark.extended
 @pytest.mark.slow(seconds=220)
 def test_the_snapshot_lags_and_a_resume_restores_the_checkpoints_one(cue_ll_unsure, cue_hl, cue_data, tmp_path):
     out = tmp_path / "run"

@@ -80,6 +80,7 @@ def _run(tiny_models, critic_path, tmp_path, value_grad: str) -> dict[int, dict[
     )
 
 
+@pytest.mark.extended
 @pytest.mark.slow(seconds=180)
 def test_stop_and_full_grad_differ_only_in_the_critic(tiny_models, critic_path, tmp_path):
     runs = {grad: _run(tiny_models, critic_path, tmp_path, grad) for grad in ("stop", "full")}

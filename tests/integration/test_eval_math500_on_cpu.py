@@ -36,6 +36,7 @@ def _records(out: Path) -> list[dict]:
     return [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.extended
 @pytest.mark.slow(seconds=230)
 def test_eval_script_on_vllm_killed_and_resumed(math500_dir, tmp_path):
     out = tmp_path / "eval"

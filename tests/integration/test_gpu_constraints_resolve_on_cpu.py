@@ -19,7 +19,7 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow(seconds=60)]
+pytestmark = [pytest.mark.integration, pytest.mark.extended, pytest.mark.slow(seconds=60)]
 
 REPO = Path(__file__).resolve().parents[2]
 SETS = {"gpu": "constraints-gpu.txt", "gpu-torch213": "constraints-gpu-torch213.txt"}

@@ -14,7 +14,7 @@ import pytest
 
 from agent_system.rewards.gold_sweep import cross_check, load_golds
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow(seconds=300)]
+pytestmark = [pytest.mark.integration, pytest.mark.extended, pytest.mark.slow(seconds=300)]
 SHARED = os.environ.get("MLMT_SHARED_DATA", str(Path(__file__).resolve().parents[3] / "shared" / "data"))
 
 # (answer, another problem's gold) pairs of MATH-500 that are the same answer written two ways, reviewed by hand

@@ -1,7 +1,8 @@
 """A method from outside the package plugs in with no file of the trainer changed (issue 35, item 2): a module named in
-``mlmt.plugins`` registers an estimator with a critic, a config check, a model path and an extension with its own
-critic loss and a Ray actor's resources, and each acts where the trainer's own methods do: the accepted estimators, the start-up refusals, the
-levels that get a critic (and the plan's line for it), the model paths checked on every node, the critic's loss.
+``mlmt.plugins`` registers an estimator with a critic, a config check, a model path, a Ray actor's resources and an
+extension with its own critic loss, and each acts where the trainer's own methods do: the accepted estimators, the
+start-up refusals, the levels that get a critic (and the plan's line for it), the model paths checked on every node,
+the pools checked against the cluster, the critic's loss.
 """
 
 from __future__ import annotations
