@@ -373,6 +373,19 @@ def test_a_value_override_that_hydra_refuses_is_refused_alike(override, error):
             compose([override])
 
 
+def test_no_config_group_on_the_search_path_has_a_dot_in_its_name():
+    """hydra_compose takes a dotted key for a value, never a config group (a folder; Hydra joins nested ones by /)."""
+    from pathlib import Path
+
+    import verl.trainer.config
+
+    from agent_system.trainer.config import CONFIG_DIR
+
+    roots = [CONFIG_DIR, Path(verl.trainer.config.__file__).parent]
+    folders = [path for root in roots for path in root.rglob("*") if path.is_dir()]
+    assert len(folders) > 10 and not [path for path in folders if "." in path.name]
+
+
 def test_a_config_group_choice_is_composed_afresh():
     """``model_engine`` is both a top-level value and the group that picks each actor's YAML: a value set on the cached
     config would leave the FSDP actor in place."""
