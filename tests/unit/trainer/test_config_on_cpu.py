@@ -1,9 +1,10 @@
 """Trainer config: Hydra composition over verl's ppo_trainer, the CPU overlay, per-level views, validation."""
 
 import copy
+import re
 
 import pytest
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from agent_system import verl_plugin
 from agent_system.config import ConfigError, checkpoints_to_keep, compose_config, level_view
@@ -284,3 +285,114 @@ def test_without_an_hl_its_checkpoint_engine_is_not_read(cfg):
     OmegaConf.update(cfg, "mlmt.feedback", "self")
     OmegaConf.update(cfg, "hl.rollout.checkpoint_engine.backend", "nccl")
     check_config(cfg)
+
+
+# ---------------------------------------------------------------- composition: Hydra's defaults tree once per process
+
+# one list with every kind of value override the tests, scripts and docs use: numbers, strings, paths, null, lists,
+# dicts, a key set twice, new keys (+), forced keys (++), deletions (~), interpolations, deprecated keys, keys the CPU
+# overlay sets
+VALUE_OVERRIDES = [
+    "hl.actor.optim.lr=5e-7",
+    "actor_rollout_ref.rollout.dtype=bfloat16",
+    "hl.model.path=/models/hl-writer",
+    "trainer.total_training_steps=null",
+    "data.max_prompt_length=4096",
+    "data.max_prompt_length=600",
+    "mlmt.stages.schedule=[0,50]",
+    "mlmt.stages.stage_ids=[1,2]",
+    "mlmt.stages.beta1=[0.0,0.1]",
+    "mlmt.stages.beta_h=[0.2,0.2]",
+    "critic.optim={lr: 2e-5, betas: [0.8, 0.9]}",
+    "+mlmt.prompts.overrides.code_feedback='Review {attempt} given {execution}: {problem}'",
+    "+ray_kwargs.ray_init.runtime_env.env_vars.NCCL_DEBUG=INFO",
+    "+hl.actor.checkpoint.save_lora_only=true",
+    "++trainer.n_gpus_per_node=4",
+    "++mlmt.new_tree={a: 1, b: [x, y]}",
+    "~hl_critic.model.path",
+    "~trainer.val_before_train",
+    "+hl_critic.model.path=${actor_rollout_ref.model.path}",
+    "trainer.experiment_name=run-1",
+    "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=3000",
+]
+
+
+def _hydra_compose_afresh(overrides):
+    from hydra import compose, initialize_config_dir
+
+    from agent_system.config import CONFIG_DIR
+
+    with initialize_config_dir(str(CONFIG_DIR), version_base=None):
+        return compose("mlmt_trainer", overrides=overrides)
+
+
+def _nodes(config, path=""):
+    """Every node's path, class, metadata (type, flags, optional) and unresolved value: what a later read, assignment
+    or merge can tell apart. The YAML dump also pins the key order."""
+    metadata = {key: value for key, value in vars(config._metadata).items() if key != "resolver_cache"}
+    rows = [(path, type(config).__name__, repr(metadata))]
+    if not isinstance(config, (DictConfig, ListConfig)) or config._is_none() or config._is_interpolation():
+        return [*rows, (path, repr(config._value()))]
+    keys = config.keys() if isinstance(config, DictConfig) else range(len(config))
+    for key in keys:
+        rows += _nodes(config._get_node(key), f"{path}.{key}")
+    return rows
+
+
+def test_value_overrides_on_the_config_composed_once_equal_a_fresh_hydra_compose():
+    from agent_system.config import hydra_compose
+
+    for overrides in ([], VALUE_OVERRIDES):
+        cached, fresh = hydra_compose("mlmt_trainer", overrides), _hydra_compose_afresh(overrides)
+        assert OmegaConf.to_yaml(cached) == OmegaConf.to_yaml(fresh)
+        assert _nodes(cached) == _nodes(fresh)
+    assert len(_nodes(cached)) > 3000  # every node of the tree
+    assert cached.critic.optim.lr == 2e-5 and cached.critic.optim.optimizer == "AdamW"  # a dict merges into the tree
+    assert "val_before_train" not in cached.trainer and cached.trainer.n_gpus_per_node == 4
+    assert list(cached.hl_critic.model)[-1] == "path"  # deleted, then added back at the end
+    assert OmegaConf.to_container(cached.hl_critic.model)["path"] == "${actor_rollout_ref.model.path}"
+    # each call composes its own copy: changing one config changes no later one
+    cached.data.max_prompt_length = 1
+    assert hydra_compose("mlmt_trainer", []).data.max_prompt_length == 4096
+
+
+@pytest.mark.parametrize(
+    ("override", "error"),
+    [
+        ("mlmt.no_such_key=1", "Could not override 'mlmt.no_such_key'"),
+        ("+data.max_prompt_length=1", "Could not append to config. An item is already at 'data.max_prompt_length'"),
+        ("~mlmt.no_such_key", "Could not delete from config. 'mlmt.no_such_key' does not exist"),
+    ],
+)
+def test_a_value_override_that_hydra_refuses_is_refused_alike(override, error):
+    from hydra.errors import ConfigCompositionException
+
+    from agent_system.config import hydra_compose
+
+    for compose in (lambda overrides: hydra_compose("mlmt_trainer", overrides), _hydra_compose_afresh):
+        with pytest.raises(ConfigCompositionException, match=re.escape(error)):
+            compose([override])
+
+
+def test_no_config_group_on_the_search_path_has_a_dot_in_its_name():
+    """hydra_compose takes a dotted key for a value, never a config group (a folder; Hydra joins nested ones by /)."""
+    from pathlib import Path
+
+    import verl.trainer.config
+
+    from agent_system.config import CONFIG_DIR
+
+    roots = [CONFIG_DIR, Path(verl.trainer.config.__file__).parent]
+    folders = [path for root in roots for path in root.rglob("*") if path.is_dir()]
+    assert len(folders) > 10 and not [path for path in folders if "." in path.name]
+
+
+def test_a_config_group_choice_is_composed_afresh():
+    """``model_engine`` is both a top-level value and the group that picks each actor's YAML: a value set on the cached
+    config would leave the FSDP actor in place."""
+    from agent_system.config import hydra_compose
+
+    overrides = ["model_engine=megatron", "hl.actor.optim.lr=5e-7"]
+    config = hydra_compose("mlmt_trainer", overrides)
+    assert config.actor_rollout_ref.actor.optim._target_ == "verl.workers.config.McoreOptimizerConfig"
+    assert _nodes(config) == _nodes(_hydra_compose_afresh(overrides))
