@@ -4,6 +4,8 @@
 #
 #   bash scripts/run_tests.sh [pytest args ...]          # every tier: unit, integration, e2e, gpu
 #   MLMT_TEST_TIERS="unit e2e" bash scripts/run_tests.sh  # some tiers (the folders under tests/)
+#   MLMT_TEST_TIERS=e2e bash scripts/run_tests.sh -m study  # the learning study: tests marked `study`, which every
+#                                                         # run without `-m study` leaves out (tests/conftest.py)
 #
 # First ruff (check and format --check, the version pinned in requirements/constraints-cpu.txt; .pre-commit-config.yaml
 # runs the same before a commit). The pytest args go to every tier's run. Each tier runs even when ruff or an earlier
