@@ -6,6 +6,8 @@
 #   MLMT_TEST_TIERS="unit e2e" bash scripts/run_tests.sh  # some tiers (the folders under tests/)
 #   MLMT_TEST_SET=extended bash scripts/run_tests.sh      # the tests marked `extended` (left out per commit)
 #   MLMT_TEST_SET=all bash scripts/run_tests.sh           # both
+#   MLMT_TEST_SET=study bash scripts/run_tests.sh         # the learning study (tests marked `study`, which any run
+#                                                         # without `-m study` leaves out: tests/conftest.py)
 #
 # By default (MLMT_TEST_SET=commit, what CI runs) the tests marked `extended` are left out: the runs that repeat a path
 # the per-commit set already takes (docs/MEASUREMENTS.md, "Test suite", says which run where).
@@ -35,7 +37,8 @@ case "${MLMT_TEST_SET:-commit}" in
   commit) selection=(-m "not extended") ;;
   extended) selection=(-m extended) ;;
   all) selection=() ;;
-  *) echo "run_tests.sh: MLMT_TEST_SET=${MLMT_TEST_SET} (use commit, extended or all)" >&2; exit 2 ;;
+  study) selection=(-m study) ;;
+  *) echo "run_tests.sh: MLMT_TEST_SET=${MLMT_TEST_SET} (use commit, extended, all or study)" >&2; exit 2 ;;
 esac
 summary=()
 failed=0

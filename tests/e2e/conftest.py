@@ -1,10 +1,13 @@
-"""Fixtures of the e2e learning tests: the cue task's models and data (cue_task.py), built once per pytest run
-(shared by its xdist workers: ``built_once`` in tests/conftest.py)."""
+"""Fixtures of the e2e learning tests: the cue task's and the relay task's models and data (cue_task.py,
+relay_task.py), built once per pytest run (shared by its xdist workers: ``built_once`` in tests/conftest.py)."""
 
 from __future__ import annotations
 
 import pytest
 from cue_task import train_cue_solver, write_dataset
+from relay_task import problems as relay_problems
+from relay_task import train_relay_solver, train_relay_writer
+from relay_task import write_dataset as write_relay_dataset
 
 from agent_system.models.tiny import build_tiny_model
 
@@ -38,3 +41,20 @@ def cue_ll_sure(built_once):
 def cue_ll_unsure(built_once):
     """A solver that answers right about half the time when cued (and never otherwise): room for the LL to learn."""
     return built_once("cue_ll_unsure", lambda folder: _cue_solver(folder, 0.5, max_loss=0.6))
+
+
+@pytest.fixture(scope="session")
+def relay_models(built_once):
+    """``relay_models(seed)``: the relay task of ``seed`` (relay_task.py): {"ll", "hl", "train", "val"} paths; the
+    golds and both warm-ups drawn with the seed."""
+
+    def build(folder, seed: int) -> dict[str, str]:
+        tasks = relay_problems(12, seed)
+        ll = str(build_tiny_model(folder / "ll", seed=0))
+        assert train_relay_solver(ll, tasks, p_copy=0.6, seed=seed) < 0.15
+        hl = str(build_tiny_model(folder / "hl", seed=1))
+        assert train_relay_writer(hl, tasks, p_state=0.3, seed=seed + 1) < 0.2
+        train, val = write_relay_dataset(folder, tasks)
+        return {"ll": ll, "hl": hl, "train": train, "val": val}
+
+    return lambda seed: built_once(f"relay_{seed}", lambda folder: build(folder, seed))

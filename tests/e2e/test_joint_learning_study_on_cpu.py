@@ -1,0 +1,70 @@
+"""The feedback writer learns while the solver learns, over seeds, with negative controls (issue 34): the relay task
+(relay_task.py) through ``python -m verl.trainer.main_mlmt``, both levels at lr 1e-4.
+
+Marked ``study``: the per-commit run leaves it out (tests/conftest.py); run it with
+``MLMT_TEST_SET=study bash scripts/run_tests.sh`` (15 runs, about 35 min one at a time). The per-commit
+tier runs one seed of (1, 1) with these assertions
+(test_learning_levels_on_cpu.py::test_feedback_writer_learns_while_the_solver_learns). Figures: docs/MEASUREMENTS.md,
+"Learning tests".
+
+Per seed (its own golds, warm-ups and data order):
+
+* ``schedule_1_1`` ((tH, tL) = (1, 1)) and ``schedule_1_2`` (``mlmt.schedule.tH=1 tL=2``: the solver on two steps
+  of three, the feedback writer on the third): the HL's useful-feedback rate (its feedback, graded as an answer, is
+  right) and R3 rise by at least ``RISE`` (mean of the last three steps against the first three).
+* ``negated`` (plugin_negated_grpo.py: the HL's advantages minus GRPO's) and ``no_sync``
+  (plugin_skip_hl_sync.py: the HL's rollout server never receives its updated weights): neither rises so.
+* ``contrastive`` (``mlmt.reward.hl_reward=contrastive``, a lagged snapshot of the solver refining the same
+  (x, z, g)): the useful-feedback rate rises. Every attempt of this task is the same "No idea", so a reward that
+  credited the attempt would be the same for all m feedbacks on it and give the HL no signal; and the reference's
+  score follows the feedback it was given (right on useful feedback far more often than on the rest), which a
+  reference refining without the feedback could not do (the solver never answers unhelped).
+"""
+
+from __future__ import annotations
+
+import pytest
+from mlmt_run import trajectories
+from relay_task import relay_run, rises, useful
+
+pytestmark = [pytest.mark.e2e, pytest.mark.study]
+
+# the rise asserted (last three steps against the first three), set before the study ran, as per commit. Measured:
+# seed 1's (1, 2) and contrastive runs rose 0.23-0.26 in useful feedback and 0.19-0.21 in R3 and fail it; no control
+# rose more than 0.09 (docs/MEASUREMENTS.md). The bound is not lowered to the figures it was meant to judge.
+RISE = 0.25
+STEPS = {"schedule_1_2": 36}  # the HL updates on every third step: 12 updates, as (1, 1) makes in 12 steps
+CONDITIONS = {
+    "schedule_1_1": [],
+    "schedule_1_2": ["mlmt.schedule.tH=1", "mlmt.schedule.tL=2"],
+    "negated": ["mlmt.plugins=[plugin_negated_grpo]", "mlmt.hl.adv_estimator=negated_grpo"],
+    "no_sync": ["mlmt.plugins=[plugin_skip_hl_sync]"],
+    "contrastive": ["mlmt.reward.hl_reward=contrastive", "mlmt.reward.contrastive_lambda=1.0"],
+}
+
+
+@pytest.mark.parametrize("condition", list(CONDITIONS))
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_feedback_writer_learns_only_with_its_signal(seed, condition, relay_models, tmp_path):
+    steps = STEPS.get(condition, 14)
+    label = f"seed {seed} {condition}"
+    metrics, figures = relay_run(tmp_path / "run", relay_models(seed), seed, steps, CONDITIONS[condition], label)
+    helped, r3 = [f["useful"] for f in figures], [f["R3"] for f in figures]
+    gap = "hl/rollout_actor_logprob_diff_max"  # logged on the steps that update the HL
+    sync_gap = [metrics[s][gap] for s in sorted(metrics)[1:] if gap in metrics[s]]
+    if condition == "negated":
+        assert not rises(helped, RISE) and not rises(r3, RISE), (helped, r3)
+    elif condition == "no_sync":
+        assert max(sync_gap) > 1e-3, sync_gap  # the fault acted: the HL's server samples with stale weights
+        assert not rises(helped, RISE) and not rises(r3, RISE), (helped, r3)
+    else:
+        assert max(sync_gap) < 1e-3, sync_gap
+        assert rises(helped, RISE) and rises(r3, RISE), (helped, r3)
+    if condition == "contrastive":
+        records = [r for s in range(1, len(figures) + 1) for r in trajectories(tmp_path / "run", s)]
+        reference = {True: [], False: []}
+        for r in records:
+            reference[useful(r["feedback"], r["ground_truth"])].append(r["R_ref"])
+        with_useful, without = (sum(v) / len(v) for v in (reference[True], reference[False]))
+        print(f"R_ref on useful feedback {with_useful:.2f}, on the rest {without:.2f}")
+        assert with_useful >= without + 0.3, (with_useful, without)
