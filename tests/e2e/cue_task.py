@@ -18,6 +18,7 @@ import random
 
 import pandas as pd
 import torch
+from warm_up import fine_tune, load
 
 from agent_system.prompts.templates import PromptBuilder, Task
 
@@ -27,12 +28,6 @@ RIGHT, WRONG = "The answer is 3", "I do not know"
 
 def has_cue(text: str) -> bool:
     return any(c.isdigit() for c in text)
-
-
-def _load(path: str):
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(path), AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
 
 
 def _plain_and_digit_tokens(tokenizer) -> tuple[list[int], list[int]]:
@@ -45,13 +40,13 @@ def _plain_and_digit_tokens(tokenizer) -> tuple[list[int], list[int]]:
 
 def train_cue_solver(path: str, p_right_given_cue: float, steps: int = 250, feedback_tokens: int = 4, seed: int = 0):
     """Fine-tune the tiny model at ``path`` in place into the cue-following solver; returns the final loss."""
-    torch.manual_seed(seed)
     rng = random.Random(seed)
-    tokenizer, model = _load(path)
     prompts, task = PromptBuilder(), Task(PROBLEM, "math", ANSWER)
-    plain, digit = _plain_and_digit_tokens(tokenizer)
+    from transformers import AutoTokenizer
 
-    def example() -> tuple[list[int], str]:
+    plain, digit = _plain_and_digit_tokens(AutoTokenizer.from_pretrained(path))
+
+    def example(tokenizer) -> tuple[list[int], str]:
         if rng.random() < 0.1:
             return prompts.solve(task, tokenizer, 512).ids, WRONG
         ids = [rng.choice(plain) for _ in range(rng.randint(0, feedback_tokens))]
@@ -63,25 +58,7 @@ def train_cue_solver(path: str, p_right_given_cue: float, steps: int = 250, feed
         right = has_cue(feedback) and rng.random() < p_right_given_cue
         return prompt, RIGHT if right else WRONG
 
-    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.0)
-    loss = None
-    for _ in range(steps):
-        pairs = []
-        for prompt, answer in (example() for _ in range(32)):
-            pairs.append((prompt, tokenizer(answer, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]))
-        width = max(len(p) + len(r) for p, r in pairs)
-        ids = torch.full((len(pairs), width), tokenizer.pad_token_id)
-        labels, mask = torch.full_like(ids, -100), torch.zeros_like(ids)
-        for i, (prompt, response) in enumerate(pairs):
-            row = prompt + response
-            ids[i, : len(row)], mask[i, : len(row)] = torch.tensor(row), 1
-            labels[i, len(prompt) : len(row)] = torch.tensor(response)
-        loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    model.save_pretrained(path)
-    return float(loss.detach())
+    return fine_tune(path, example, steps, seed)
 
 
 def right_given_cue_probability(path: str, feedbacks: int = 64, feedback_tokens: int = 4, seed: int = 7) -> float:
@@ -90,7 +67,7 @@ def right_given_cue_probability(path: str, feedbacks: int = 64, feedback_tokens:
     averaged over ``feedbacks`` random ones drawn as an untrained feedback writer writes them (``feedback_tokens``
     vocabulary tokens, one of them a digit). The solver's rate before any RL update, without sampling noise."""
     rng = random.Random(seed)
-    tokenizer, model = _load(path)
+    tokenizer, model = load(path)
     prompts, task = PromptBuilder(), Task(PROBLEM, "math", ANSWER)
     plain, digit = _plain_and_digit_tokens(tokenizer)
     right = tokenizer(RIGHT, add_special_tokens=False)["input_ids"]

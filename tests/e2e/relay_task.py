@@ -27,8 +27,8 @@ import random
 import re
 
 import pandas as pd
-import torch
 from mlmt_run import run_main, trajectories
+from warm_up import fine_tune
 
 from agent_system.prompts.templates import PromptBuilder, Task
 from agent_system.rewards.scoring import compute_score
@@ -80,38 +80,6 @@ def attempt(rng: random.Random, tokenizer) -> str:
     return tokenizer.decode(ids, skip_special_tokens=True)
 
 
-def _load(path: str):
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(path), AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
-
-
-def _fine_tune(path: str, example, steps: int, seed: int) -> float:
-    """Supervised steps (32 (prompt ids, response text) pairs from ``example()`` each) on the model at ``path``, saved
-    in place; returns the last step's loss."""
-    torch.manual_seed(seed)
-    tokenizer, model = _load(path)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.0)
-    loss = None
-    for _ in range(steps):
-        pairs = []
-        for prompt, text in (example(tokenizer) for _ in range(32)):
-            pairs.append((prompt, tokenizer(text, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]))
-        width = max(len(p) + len(r) for p, r in pairs)
-        ids = torch.full((len(pairs), width), tokenizer.pad_token_id)
-        labels, mask = torch.full_like(ids, -100), torch.zeros_like(ids)
-        for i, (prompt, response) in enumerate(pairs):
-            row = prompt + response
-            ids[i, : len(row)], mask[i, : len(row)] = torch.tensor(row), 1
-            labels[i, len(prompt) : len(row)] = torch.tensor(response)
-        loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    model.save_pretrained(path)
-    return float(loss.detach())
-
-
 def train_relay_solver(path: str, tasks, p_copy: float, steps: int = 400, seed: int = 0) -> float:
     """Fine-tune the tiny model at ``path`` in place into the copying solver; returns the final loss.
 
@@ -140,7 +108,7 @@ def train_relay_solver(path: str, tasks, p_copy: float, steps: int = 400, seed: 
         prompt = prompts.refine(task, re.sub(r"\d", "", attempt(rng, tokenizer)), feedback, tokenizer, BUDGET).ids
         return prompt, answer(number) if copy else ATTEMPT
 
-    return _fine_tune(path, example, steps, seed)
+    return fine_tune(path, example, steps, seed)
 
 
 def train_relay_writer(path: str, tasks, p_state: float, steps: int = 500, seed: int = 1) -> float:
@@ -156,7 +124,7 @@ def train_relay_writer(path: str, tasks, p_state: float, steps: int = 500, seed:
         prompt = prompts.feedback(Task(problem, "math", ""), attempt(rng, tokenizer), "", tokenizer, BUDGET).ids
         return prompt, answer(gold) if rng.random() < p_state else NO_DIGIT
 
-    return _fine_tune(path, example, steps, seed)
+    return fine_tune(path, example, steps, seed)
 
 
 def write_dataset(folder, tasks, repeats: int = 4) -> tuple[str, str]:

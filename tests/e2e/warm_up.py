@@ -1,0 +1,38 @@
+"""Supervised warm-ups of the learning tests' tiny models (cue_task.py, relay_task.py): the exact turn prompts the
+trainer builds, AdamW at 3e-3, batches of 32, the model saved in place."""
+
+from __future__ import annotations
+
+import torch
+
+
+def load(path: str):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(path), AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+
+
+def fine_tune(path: str, example, steps: int, seed: int) -> float:
+    """Supervised steps (32 (prompt ids, response text) pairs from ``example(tokenizer)`` each) on the model at
+    ``path``, saved in place; returns the last step's loss."""
+    torch.manual_seed(seed)
+    tokenizer, model = load(path)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.0)
+    loss = None
+    for _ in range(steps):
+        pairs = []
+        for prompt, text in (example(tokenizer) for _ in range(32)):
+            pairs.append((prompt, tokenizer(text, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]))
+        width = max(len(p) + len(r) for p, r in pairs)
+        ids = torch.full((len(pairs), width), tokenizer.pad_token_id)
+        labels, mask = torch.full_like(ids, -100), torch.zeros_like(ids)
+        for i, (prompt, response) in enumerate(pairs):
+            row = prompt + response
+            ids[i, : len(row)], mask[i, : len(row)] = torch.tensor(row), 1
+            labels[i, len(prompt) : len(row)] = torch.tensor(response)
+        loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    model.save_pretrained(path)
+    return float(loss.detach())
