@@ -15,6 +15,7 @@ a 4-token feedback about a quarter of the time: the starting R3 is in [0.1, 0.5]
 from __future__ import annotations
 
 import random
+import re
 
 import pandas as pd
 import torch
@@ -61,27 +62,28 @@ def train_cue_solver(path: str, p_right_given_cue: float, steps: int = 250, feed
     return fine_tune(path, example, steps, seed)
 
 
-def right_given_cue_probability(path: str, feedbacks: int = 64, feedback_tokens: int = 4, seed: int = 7) -> float:
-    """The solver at ``path``'s probability, sampling at temperature 1, of starting its refinement with the right
-    answer ("The answer is 3") given a cued feedback: exact per feedback (the product of its token probabilities),
-    averaged over ``feedbacks`` random ones drawn as an untrained feedback writer writes them (``feedback_tokens``
-    vocabulary tokens, one of them a digit). The solver's rate before any RL update, without sampling noise."""
+def right_given_cue_rate(path: str, feedbacks: int = 64, feedback_tokens: int = 4, seed: int = 7) -> float:
+    """The share of ``feedbacks`` random cued feedbacks (drawn as an untrained feedback writer writes them:
+    ``feedback_tokens`` vocabulary tokens, one of them a digit) after which the solver at ``path``, decoding greedily
+    (8 tokens), refines to the right answer, graded like the ``arith`` rule (the last number is 3). Greedy on fixed
+    feedbacks: the same model always gives the same rate, without sampling noise."""
     rng = random.Random(seed)
     tokenizer, model = load(path)
     prompts, task = PromptBuilder(), Task(PROBLEM, "math", ANSWER)
     plain, digit = _plain_and_digit_tokens(tokenizer)
-    right = tokenizer(RIGHT, add_special_tokens=False)["input_ids"]
-    probabilities = []
+    right = 0
     with torch.no_grad():
         for _ in range(feedbacks):
             ids = [rng.choice(plain) for _ in range(feedback_tokens - 1)]
             ids.insert(rng.randint(0, len(ids)), rng.choice(digit))
             feedback = tokenizer.decode(ids, skip_special_tokens=True)
             prompt = prompts.refine(task, WRONG, feedback, tokenizer, 512).ids
-            logits = model(input_ids=torch.tensor([prompt + right])).logits[0, len(prompt) - 1 : -1]
-            logp = torch.log_softmax(logits, dim=-1).gather(1, torch.tensor(right)[:, None]).sum()
-            probabilities.append(float(logp.exp()))
-    return sum(probabilities) / len(probabilities)
+            output = model.generate(
+                torch.tensor([prompt]), max_new_tokens=8, do_sample=False, pad_token_id=tokenizer.pad_token_id
+            )
+            numbers = re.findall(r"-?\d+", tokenizer.decode(output[0, len(prompt) :], skip_special_tokens=True))
+            right += bool(numbers) and numbers[-1] == ANSWER
+    return right / feedbacks
 
 
 def write_dataset(folder, rows: int = 16) -> tuple[str, str]:

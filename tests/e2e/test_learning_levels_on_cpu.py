@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from cue_task import has_cue, right_given_cue_probability
+from cue_task import has_cue, right_given_cue_rate
 from mlmt_run import HF_TOY_RUN, run_main, trajectories
-from relay_task import relay_run, rises
+from relay_task import relay_run, rises, step_figures
 
 from agent_system.launcher.export import export_checkpoint
 
@@ -93,10 +93,11 @@ def test_feedback_writer_learns_to_emit_the_cue(cue_ll_sure, cue_hl, cue_data, t
 def test_feedback_writer_learns_while_the_solver_learns(relay_models, tmp_path):
     """Both levels at lr 1e-4 on every step ((tH, tL) = (1, 1)) on the relay task, seed 0: the HL's useful-feedback
     rate and R3 rise by >= 0.25 (last three steps against the first three) while the solver's weights change and its
-    answers stay tied to the feedback (right on at most 10 % of the rows without useful feedback over the last three
-    steps: it has not learned the answers itself). The seeds, the (1, 2) schedule, the contrastive reward and the
-    negative controls (the HL's advantages negated, its weight sync skipped: neither rises so) are the ``study``
-    (test_joint_learning_study_on_cpu.py); figures in docs/MEASUREMENTS.md, "Learning tests"."""
+    answers stay tied to the feedback (right on at most 10 % of the rows without useful feedback, pooled over the
+    second half: it has not learned the answers itself; a late step may have no such row). The seeds, the (1, 2)
+    schedule, the contrastive reward and the negative controls (the HL's advantages negated, its weight sync skipped:
+    neither rises so) are the ``study`` (test_joint_learning_study_on_cpu.py); figures in docs/MEASUREMENTS.md,
+    "Learning tests"."""
     steps, models = 14, relay_models(0)
     out = tmp_path / "run"
     metrics, figures = relay_run(out, models, 0, steps, [f"trainer.save_freq={steps}"], "seed 0 schedule_1_1")
@@ -106,7 +107,9 @@ def test_feedback_writer_learns_while_the_solver_learns(relay_models, tmp_path):
     for s in range(2, steps + 1):  # the HL's server samples with the weights it was just updated to
         assert metrics[s]["hl/rollout_actor_logprob_diff_max"] < 1e-3, (s, metrics[s])
     assert rises(helped) and rises(r3), (helped, r3)
-    assert np.mean([f["right_unhelped"] for f in figures[-3:]]) <= 0.1, figures[-3:]
+    # the rows without useful feedback of the second half, pooled (a step where every feedback is useful has none)
+    late = [record for s in range(steps // 2 + 1, steps + 1) for record in trajectories(out, s)]
+    assert step_figures(late)["right_unhelped"] <= 0.1, step_figures(late)
 
 
 def _largest_weight_change(before: str, after: str) -> float:
@@ -119,12 +122,14 @@ def _largest_weight_change(before: str, after: str) -> float:
 
 
 def test_both_levels_update_and_the_solver_learns_under_the_default_schedule(cue_ll_unsure, cue_hl, cue_data, tmp_path):
-    """Both levels update on every step; turn-3 accuracy rises, and the solver's probability of answering right given
-    a cue rises from its value before training to its value after (both exact on the same 64 cued feedbacks).
+    """Both levels update on every step; turn-3 accuracy rises, and the solver's greedy rate of refining to the right
+    answer given a cue (on the same 64 cued feedbacks, no sampling noise: ``cue_task.right_given_cue_rate``) rises
+    from before training to after by more than 0.2.
 
-    The given-cue figure is a probability computed on the exported checkpoints, not a rate over sampled rows: the
-    sampled rate pooled over steps 1-3 (15-35 rows, after two updates) ranged 0.42-0.74 in four runs, and a CI run
-    with 0.74 → 0.98 failed the former bound "steps 10-12 > steps 1-3 + 0.25" on unchanged code.
+    It was the exact probability of the one string "The answer is 3" given a cue until a CI run (7ab030a) measured
+    0.084 → 0.264 and failed: the fixture's solver starts there (not at the 0.651 written here before; the same on the
+    previous code), and the run teaches it to answer right in other words (turn-3 accuracy 0.12 → 0.94 in that run),
+    which that one string's probability does not count. On that run's checkpoints the greedy rate is 0.34 → 1.00.
 
     What this run does **not** show reliably: the feedback writer learning. Its reward is R3, and on this
     single-answer task the solver also learns to answer without the cue (it already does about a third of the time at
@@ -139,13 +144,12 @@ def test_both_levels_update_and_the_solver_learns_under_the_default_schedule(cue
     cue rate went only 0.31 → 0.59. So the cue rate is printed, not asserted. The HL learning the cue while the solver
     trains too is asserted on the relay task (``test_feedback_writer_learns_while_the_solver_learns``).
 
-    Measured (12 steps, solver lr 1e-4, three runs): the given-cue probability 0.651 → 0.941, 0.928 and 0.935 (the
-    bound is 0.851); turn-3 accuracy 0.25 0.69 0.62 0.69 0.88 0.91 0.84 0.91 0.97 1.00 1.00 0.94,
+    Measured (12 steps, solver lr 1e-4): turn-3 accuracy 0.25 0.69 0.62 0.69 0.88 0.91 0.84 0.91 0.97 1.00 1.00 0.94,
     0.25 0.62 0.66 0.81 0.84 0.97 1.00 0.94 0.97 1.00 1.00 0.97 and 0.19 0.56 0.66 0.72 0.75 0.97 0.97 0.94 0.91 1.00
-    1.00 1.00.
+    1.00 1.00 (three earlier runs), 0.12 0.56 0.66 0.75 0.78 0.94 0.81 0.91 0.91 0.81 0.97 0.94 (7ab030a's CI).
     """
     steps = 12
-    before = right_given_cue_probability(cue_ll_unsure)
+    before = right_given_cue_rate(cue_ll_unsure)
     metrics = run_main(
         tmp_path / "run",
         [
@@ -163,9 +167,9 @@ def test_both_levels_update_and_the_solver_learns_under_the_default_schedule(cue
     records = [trajectories(tmp_path / "run", s) for s in range(1, steps + 1)]
     cue_rate = [np.mean([has_cue(r["feedback"]) for r in step]) for step in records]
     r3 = [metrics[s]["train/acc@t3"] for s in range(1, steps + 1)]
-    after = right_given_cue_probability(export_checkpoint(str(tmp_path / "run"))["ll"])
+    after = right_given_cue_rate(export_checkpoint(str(tmp_path / "run"))["ll"])
     print("turn-3 accuracy:", " ".join(f"{v:.2f}" for v in r3))
     print("HL cue rate (not asserted, see the docstring):", " ".join(f"{v:.2f}" for v in cue_rate))
-    print(f"LL probability of the right answer given a cue, before → after: {before:.3f} → {after:.3f}")
+    print(f"LL greedy right-answer rate given a cue, before → after: {before:.3f} → {after:.3f}")
     assert np.mean(r3[-3:]) > np.mean(r3[:3]) + 0.3, r3
     assert after > before + 0.2, (before, after)
