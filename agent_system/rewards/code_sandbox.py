@@ -65,6 +65,7 @@ class SandboxLimits:
     Attributes:
         timeout_s: Wall-clock limit for the whole run (program + all tests).
         per_test_s: Limit for the program body and for each test separately.
+        program_s: Limit for the program body and the setup code alone, when it differs (None: ``per_test_s``).
         memory_mb: RLIMIT_AS of every sandbox process.
         max_processes: RLIMIT_NPROC (processes and threads of the sandbox uid).
         max_file_mb: RLIMIT_FSIZE, the largest file the program may write.
@@ -77,6 +78,7 @@ class SandboxLimits:
     max_processes: int = 8
     max_file_mb: int = 16
     max_output_bytes: int = 1_000_000
+    program_s: float | None = None
 
     @classmethod
     def within(cls, timeout_s: float) -> SandboxLimits:
@@ -225,6 +227,7 @@ def _run_job(code: str, setup_code: str, tests: list[str], calls: list[str], lim
             "max_processes": limits.max_processes,
             "max_file_mb": limits.max_file_mb,
             "per_test_s": limits.per_test_s,
+            "program_s": limits.per_test_s if limits.program_s is None else limits.program_s,
         },
     }
     env = {"PATH": "/usr/bin:/bin", "HOME": workdir, "TMPDIR": workdir}

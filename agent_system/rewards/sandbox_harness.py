@@ -165,11 +165,11 @@ def main():
         _block_sockets()
     signal.signal(signal.SIGALRM, _on_alarm)
     namespace = {"__name__": "candidate"}
-    stage_s = job["limits"]["per_test_s"]
+    stage_s, program_s = job["limits"]["per_test_s"], job["limits"]["program_s"]
     try:
         # MBPP's test_setup_code builds fixtures from the program's classes, so it runs after the program
-        _run_stage(job["code"], "<candidate>", namespace, stage_s)
-        _run_stage(job["setup_code"], "<test_setup_code>", namespace, stage_s)
+        _run_stage(job["code"], "<candidate>", namespace, program_s)
+        _run_stage(job["setup_code"], "<test_setup_code>", namespace, program_s)
     except BaseException as exc:  # noqa: B036 - SystemExit, KeyboardInterrupt from the candidate
         report({"program_error": _describe_failure(exc, "<program>", namespace)})
         out.close()

@@ -156,11 +156,14 @@ class Cuts:
 
 
 def _limits(limits: SandboxLimits | None, count: int) -> SandboxLimits:
-    """Per-call limit ``CALL_S`` (or less); the run's wall-clock limit: the given one, else room for every call."""
+    """Per-call limit ``CALL_S`` (or less); the run's wall-clock limit: the given one, else room for every call. The
+    program (the task's sources defined) keeps the run's per-test limit: defining them under a response's 1 s failed
+    every response of a batch when the machine was busy (a CI run beside two vLLM servers starting)."""
     limits = limits or SandboxLimits(timeout_s=2.0 + CALL_S * count)
     return SandboxLimits(
         timeout_s=limits.timeout_s,
         per_test_s=min(CALL_S, limits.per_test_s),
+        program_s=limits.per_test_s,
         memory_mb=limits.memory_mb,
         max_processes=limits.max_processes,
         max_file_mb=limits.max_file_mb,

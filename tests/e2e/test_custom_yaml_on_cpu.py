@@ -78,6 +78,9 @@ def test_main_mlmt_trains_on_a_yaml_task_graded_by_its_score_fn(tiny_models, tmp
             "mlmt.m=2",
             "mlmt.reward.num_workers=1",
             "mlmt.trajectories_per_step=100",
+            # the grades are what this checks, not the time limit (tests/unit/rewards: the pool's timeouts): a CI
+            # run at 5 s had a reward worker time out while two vLLM servers started beside it, every response 0
+            "mlmt.reward.timeout_s=60",
             "trainer.total_training_steps=3",
             "mlmt.schedule.tH=1",
             "mlmt.schedule.tL=2",

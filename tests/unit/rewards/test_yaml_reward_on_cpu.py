@@ -90,6 +90,14 @@ def test_a_looping_score_fn_is_stopped_and_the_batch_goes_on():
     assert grades[1].score == 1.0
 
 
+def test_defining_the_sources_is_not_held_to_a_calls_limit():
+    """The program stage (the task's sources defined) has the run's per-test limit, each call 1 s (``CALL_S``): a
+    definition that takes 1.5 s (a busy machine) still grades, where it once scored every response 0."""
+    sources = {"score_fn": "import time\ntime.sleep(1.5)\n\ndef score_fn(text, answer):\n    return 1.0\n"}
+    grades = grade(sources, [Request("x", "a", label="item 0")], SandboxLimits(timeout_s=60.0, per_test_s=30.0))
+    assert grades[0].error is None and grades[0].score == 1.0, grades[0]
+
+
 def test_done_fn_and_definition_errors_are_named():
     sources = {
         "score_fn": "def score_fn(text, answer):\n    return 1.0\n",
