@@ -35,10 +35,15 @@ def import_all(config=None) -> list[ModuleType]:
     return modules
 
 
+def _hooks(config, name: str) -> list:
+    """The module-level function ``name`` of each method package and plug-in that defines one, in import order."""
+    return [getattr(module, name) for module in import_all(config) if hasattr(module, name)]
+
+
 def check_config(config) -> None:
     """The start-up checks that belong to methods: each level's estimator and the HL's reward among the registered
     ones, then every method's and plug-in's ``config_errors``; raises ConfigError naming the keys."""
-    modules = import_all(config)
+    hooks = _hooks(config, "config_errors")  # imports the plug-ins first: their registrations are accepted values
     errors = [
         f"mlmt.{level}.adv_estimator={config.mlmt[level].adv_estimator!r}: choose one of {estimator_names()}"
         for level in ("ll", "hl")
@@ -49,33 +54,22 @@ def check_config(config) -> None:
     if errors:  # the methods' own checks read these values
         raise ConfigError("; ".join(errors))
     frozen = frozen_reasons(config)
-    errors = [
-        error
-        for module in modules
-        if hasattr(module, "config_errors")
-        for error in module.config_errors(config, frozen)
-    ]
+    errors = [error for hook in hooks for error in hook(config, frozen)]
     if errors:
         raise ConfigError("; ".join(errors))
 
 
 def model_path_keys(config) -> list[str]:
     """The config keys of the models the methods and plug-ins the config selects load."""
-    return [
-        key
-        for module in import_all(config)
-        if hasattr(module, "model_path_keys")
-        for key in module.model_path_keys(config)
-    ]
+    return [key for hook in _hooks(config, "model_path_keys") for key in hook(config)]
 
 
 def resource_demands(config) -> list[tuple[str, dict[str, float]]]:
     """The Ray resources the selected methods' and plug-ins' own actors ask for (one entry per actor)."""
-    modules = [module for module in import_all(config) if hasattr(module, "resource_demands")]
-    return [demand for module in modules for demand in module.resource_demands(config)]
+    return [demand for hook in _hooks(config, "resource_demands") for demand in hook(config)]
 
 
 def load(config) -> list[Extension]:
     """The extensions the config selects, method packages by name first, then the plug-ins in their order."""
-    extensions = [module.extension(config) for module in import_all(config) if hasattr(module, "extension")]
+    extensions = [hook(config) for hook in _hooks(config, "extension")]
     return [extension for extension in extensions if extension is not None]
