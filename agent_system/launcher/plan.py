@@ -26,6 +26,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from agent_system import methods
 from agent_system.config import CRITIC_TREES, POLICY_TREES, ConfigError, frozen_levels
 from agent_system.launcher.gpu_checks import idle_devices_notice, visible_gpus
 from agent_system.launcher.memory_estimate import (
@@ -164,11 +165,10 @@ def optimizer_sections(config: DictConfig, level: str) -> list[str]:
 
 
 def critic_name(config: DictConfig, level: str) -> str:
+    """The level's value model: verl's critic section, one a method trains itself, or "none"."""
     if level in critic_levels(config):
         return CRITIC_TREES[level]
-    if config.mlmt[level].adv_estimator == "archer":
-        return "mlmt.archer (utterance critic, constant lr)"
-    return "none"
+    return methods.own_critics(config).get(level, "none")
 
 
 def lr_plan(config: DictConfig, section: str, updates: int) -> LrPlan:

@@ -7,7 +7,9 @@ when imported (``trainer/advantages.py``), and may define:
 * ``config_errors(config, frozen)``: the start-up refusals of its settings (``frozen``: ``config.frozen_reasons``);
 * ``model_path_keys(config)``: the config keys of models it loads (checked and resolved like the policies');
 * ``resource_demands(config)``: ``(name, {resource: amount})`` of each Ray actor it starts outside the levels' pools
-  (checked against the cluster's free resources with the pools).
+  (checked against the cluster's free resources with the pools);
+* ``own_critics(config)``: ``{level: description}`` of each value model it trains itself, outside verl's critic
+  (shown in the run plan).
 
 The launcher calls :func:`check_config` at start-up (which imports them all) and :func:`load` to build the trainer.
 """
@@ -67,6 +69,11 @@ def model_path_keys(config) -> list[str]:
 def resource_demands(config) -> list[tuple[str, dict[str, float]]]:
     """The Ray resources the selected methods' and plug-ins' own actors ask for (one entry per actor)."""
     return [demand for hook in _hooks(config, "resource_demands") for demand in hook(config)]
+
+
+def own_critics(config) -> dict[str, str]:
+    """The value models the selected methods and plug-ins train themselves, by level (for the run plan)."""
+    return {level: text for hook in _hooks(config, "own_critics") for level, text in hook(config).items()}
 
 
 def load(config) -> list[Extension]:

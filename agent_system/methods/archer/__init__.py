@@ -114,5 +114,10 @@ def resource_demands(config) -> list[tuple[str, dict[str, float]]]:
     return [(f"ArCHer critic (mlmt.archer.num_gpus={gpus})", {"GPU": float(gpus)})]
 
 
+def own_critics(config) -> dict[str, str]:
+    """The solver's utterance critic, trained by the extension at a constant lr."""
+    return {"ll": f"mlmt.{NAME} (utterance critic, constant lr)"} if config.mlmt.ll.adv_estimator == NAME else {}
+
+
 def extension(config) -> ArcherExtension | None:
     return ArcherExtension() if config.mlmt.ll.adv_estimator == NAME else None

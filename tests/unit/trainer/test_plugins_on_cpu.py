@@ -58,6 +58,10 @@ class Centred(Extension):
 
 def extension(config):
     return Centred() if config.mlmt.ll.adv_estimator == NAME else None
+
+
+def own_critics(config):
+    return {"hl": "plugin_under_test's own value head"} if config.mlmt.ll.adv_estimator == NAME else {}
 """
 
 
@@ -80,6 +84,13 @@ def test_without_the_plugin_the_estimator_is_refused_by_name():
         check_config(_config("mlmt.n=3"))
 
 
+def test_archers_own_critic_is_named_in_the_plan():
+    config = compose_config(["mlmt.ll.adv_estimator=archer"])
+    assert critic_name(config, "ll") == "mlmt.archer (utterance critic, constant lr)"
+    assert critic_name(config, "hl") == "none"
+    assert critic_name(compose_config([]), "ll") == "none"
+
+
 def test_a_missing_plugin_module_is_refused_by_name():
     with pytest.raises(ConfigError, match=r"mlmt.plugins: cannot import 'no_such_plugin_module'"):
         check_config(compose_config(["mlmt.plugins=[no_such_plugin_module]"]))
@@ -93,6 +104,7 @@ def test_the_plugins_estimator_check_critic_paths_and_loss_act(plugin):
     assert "centred_by_critic" in adv.estimator_names()
     assert adv.critic_levels(config) == ("ll",)
     assert critic_name(config, "ll") == "critic"  # the plan and memory estimate count its critic
+    assert critic_name(config, "hl") == "plugin_under_test's own value head"  # a critic it trains itself
     assert "critic.model.path" in model_path_keys(config) and "mlmt.dataset.seed" in model_path_keys(config)
     assert pool_demands(config, "GPU")[-1].what == "centred critic's helper actor"  # checked with the pools
     extensions = methods.load(config)
