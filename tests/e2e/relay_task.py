@@ -28,7 +28,7 @@ import re
 
 import pandas as pd
 from mlmt_run import HF_TOY_RUN, run_main, trajectories
-from warm_up import fine_tune
+from warm_up import fine_tune, load, response_probability
 
 from agent_system.prompts.templates import PromptBuilder, Task
 from agent_system.rewards.scoring import compute_score
@@ -80,11 +80,13 @@ def attempt(rng: random.Random, tokenizer) -> str:
     return tokenizer.decode(ids, skip_special_tokens=True)
 
 
-def train_relay_solver(path: str, tasks, p_copy: float, steps: int = 400, seed: int = 0) -> float:
+def train_relay_solver(path: str, tasks, p_copy: float, steps: int = 600, seed: int = 0) -> float:
     """Fine-tune the tiny model at ``path`` in place into the copying solver; returns the final loss.
 
     Feedbacks in training: the writer's three forms with any digit, and random vocabulary tokens with or without a
-    digit (as a writer drifting in RL may write); the golds are never used."""
+    digit (as a writer drifting in RL may write); the golds are never used. At lr 1e-3, decayed over the second half:
+    at 3e-3 (400 steps) the copy was learned on seed 0 only; seed 2's solver copied a random digit after 1,500
+    steps and seed 1's swung between 0.12 and 0.53 (:func:`solver_rates`)."""
     rng, prompts = random.Random(seed), PromptBuilder(TEMPLATES)
 
     def example(tokenizer) -> tuple[list[int], str]:
@@ -92,31 +94,63 @@ def train_relay_solver(path: str, tasks, p_copy: float, steps: int = 400, seed: 
         task = Task(problem, "math", "")
         if rng.random() < 0.15:
             return prompts.solve(task, tokenizer, BUDGET).ids, ATTEMPT
-        form = rng.random()
-        if form < 0.4:
-            feedback = answer(str(rng.randrange(10)))
-        elif form < 0.6:
-            feedback = NO_DIGIT
-        else:
-            ids = [rng.randrange(3, len(tokenizer) - 3) for _ in range(rng.randint(0, 5))]
-            feedback = tokenizer.decode(ids, skip_special_tokens=True)
-            if rng.random() < 0.5:
-                feedback += f" {rng.randrange(10)}"
+        feedback = _any_feedback(rng, tokenizer)
         number = _last_number(feedback)
         copy = number is not None and rng.random() < p_copy
-        # no digit in its attempts: with them the tiny solver did not learn which number to copy in 600 steps
-        prompt = prompts.refine(task, re.sub(r"\d", "", attempt(rng, tokenizer)), feedback, tokenizer, BUDGET).ids
-        return prompt, answer(number) if copy else ATTEMPT
+        return _refine_prompt(prompts, task, rng, tokenizer, feedback), answer(number) if copy else ATTEMPT
 
-    return fine_tune(path, example, steps, seed)
+    return fine_tune(path, example, steps, seed, lr=1e-3, decay=True)
 
 
-def train_relay_writer(path: str, tasks, p_state: float, steps: int = 500, seed: int = 1) -> float:
+def _any_feedback(rng: random.Random, tokenizer) -> str:
+    """A feedback of the writer's three forms with any digit, or random vocabulary tokens with or without a digit."""
+    form = rng.random()
+    if form < 0.4:
+        return answer(str(rng.randrange(10)))
+    if form < 0.6:
+        return NO_DIGIT
+    ids = [rng.randrange(3, len(tokenizer) - 3) for _ in range(rng.randint(0, 5))]
+    feedback = tokenizer.decode(ids, skip_special_tokens=True)
+    return feedback + f" {rng.randrange(10)}" if rng.random() < 0.5 else feedback
+
+
+def _refine_prompt(prompts: PromptBuilder, task: Task, rng: random.Random, tokenizer, feedback: str) -> list[int]:
+    # no digit in its attempts: with them the tiny solver did not learn which number to copy in 600 steps
+    return prompts.refine(task, re.sub(r"\d", "", attempt(rng, tokenizer)), feedback, tokenizer, BUDGET).ids
+
+
+def solver_rates(path: str, tasks, count: int = 100, seed: int = 99) -> dict[str, float]:
+    """The warmed-up solver's mean probabilities, over ``count`` refinement prompts whose feedback ends in a digit
+    (drawn with ``seed``, not the warm-up's): of copying it ("copy"), of answering another digit ("other"), of "No
+    idea" ("no_idea")."""
+    rng, prompts = random.Random(seed), PromptBuilder(TEMPLATES)
+    tokenizer, model = load(path)
+    rates = {"copy": 0.0, "other": 0.0, "no_idea": 0.0}
+    for _ in range(count):
+        problem, _ = rng.choice(tasks)
+        feedback = ""
+        while _last_number(feedback) is None:
+            feedback = _any_feedback(rng, tokenizer)
+        prompt, digit = (
+            _refine_prompt(prompts, Task(problem, "math", ""), rng, tokenizer, feedback),
+            _last_number(feedback),
+        )
+        rates["copy"] += response_probability(model, tokenizer, prompt, answer(digit))
+        rates["other"] += sum(
+            response_probability(model, tokenizer, prompt, answer(str(d))) for d in range(10) if str(d) != digit
+        )
+        rates["no_idea"] += response_probability(model, tokenizer, prompt, ATTEMPT)
+    return {name: total / count for name, total in rates.items()}
+
+
+def train_relay_writer(path: str, tasks, p_state: float, steps: int = 600, seed: int = 1) -> float:
     """Fine-tune the tiny model at ``path`` in place into the feedback writer that knows each gold and states it with
     probability ``p_state`` ("Check the answer" otherwise); returns the final loss.
 
     No wrong digit in its warm-up: with a wrong one 20 % of the time (uniform over the other nine) the tiny model did
-    not learn which gold goes with which box in 800 steps (its digits followed the golds' overall frequency)."""
+    not learn which gold goes with which box in 800 steps (its digits followed the golds' overall frequency). At lr
+    1e-3, decayed over the second half: at 3e-3 (500 steps) seed 3's writer stated its gold 2 % of the time
+    (:func:`writer_rates`)."""
     rng, prompts = random.Random(seed), PromptBuilder(TEMPLATES)
 
     def example(tokenizer) -> tuple[list[int], str]:
@@ -124,7 +158,24 @@ def train_relay_writer(path: str, tasks, p_state: float, steps: int = 500, seed:
         prompt = prompts.feedback(Task(problem, "math", ""), attempt(rng, tokenizer), "", tokenizer, BUDGET).ids
         return prompt, answer(gold) if rng.random() < p_state else NO_DIGIT
 
-    return fine_tune(path, example, steps, seed)
+    return fine_tune(path, example, steps, seed, lr=1e-3, decay=True)
+
+
+def writer_rates(path: str, tasks, count: int = 100, seed: int = 99) -> dict[str, float]:
+    """The warmed-up writer's mean probabilities, over ``count`` feedback prompts (attempts drawn with ``seed``), of
+    stating the problem's gold ("gold"), another digit ("other"), and "Check the answer" ("no_digit")."""
+    rng, prompts = random.Random(seed), PromptBuilder(TEMPLATES)
+    tokenizer, model = load(path)
+    rates = {"gold": 0.0, "other": 0.0, "no_digit": 0.0}
+    for _ in range(count):
+        problem, gold = rng.choice(tasks)
+        prompt = prompts.feedback(Task(problem, "math", ""), attempt(rng, tokenizer), "", tokenizer, BUDGET).ids
+        rates["gold"] += response_probability(model, tokenizer, prompt, answer(gold))
+        rates["other"] += sum(
+            response_probability(model, tokenizer, prompt, answer(str(d))) for d in range(10) if str(d) != gold
+        )
+        rates["no_digit"] += response_probability(model, tokenizer, prompt, NO_DIGIT)
+    return {name: total / count for name, total in rates.items()}
 
 
 def write_dataset(folder, tasks, repeats: int = 4) -> tuple[str, str]:

@@ -1,5 +1,5 @@
 """Supervised warm-ups of the learning tests' tiny models (cue_task.py, relay_task.py): the exact turn prompts the
-trainer builds, AdamW at 3e-3, batches of 32, the model saved in place."""
+trainer builds, AdamW (3e-3 unless told), batches of 32, the model saved in place."""
 
 from __future__ import annotations
 
@@ -12,12 +12,16 @@ def load(path: str):
     return AutoTokenizer.from_pretrained(path), AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
 
 
-def fine_tune(path: str, example, steps: int, seed: int) -> float:
+def fine_tune(path: str, example, steps: int, seed: int, lr: float = 3e-3, decay: bool = False) -> float:
     """Supervised steps (32 (prompt ids, response text) pairs from ``example(tokenizer)`` each) on the model at
-    ``path``, saved in place; returns the last step's loss."""
+    ``path``, saved in place; returns the last step's loss. ``decay``: the lr falls linearly to 0 over the second half
+    (a stochastic target then settles instead of swinging with the last batches)."""
     torch.manual_seed(seed)
     tokenizer, model = load(path)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.0)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    half = steps // 2
+    factor = (lambda step: min(1.0, (steps - step) / (steps - half))) if decay else (lambda step: 1.0)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
     loss = None
     for _ in range(steps):
         pairs = []
@@ -34,5 +38,14 @@ def fine_tune(path: str, example, steps: int, seed: int) -> float:
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
+        schedule.step()
     model.save_pretrained(path)
     return float(loss.detach())
+
+
+def response_probability(model, tokenizer, prompt: list[int], text: str) -> float:
+    """The model's probability of the response ``text`` (then eos) after ``prompt``."""
+    response = tokenizer(text, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([prompt + response])).logits[0, len(prompt) - 1 : -1]
+    return float(logits.log_softmax(-1).gather(1, torch.tensor(response)[:, None]).sum().exp())
