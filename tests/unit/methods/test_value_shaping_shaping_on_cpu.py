@@ -18,6 +18,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
+from config_copies import copier
 from omegaconf import OmegaConf
 from verl.trainer.config import AlgoConfig
 
@@ -285,18 +286,19 @@ VALID = [
 
 @pytest.fixture(scope="module")
 def shaped_config():
-    return compose_config(VALID + ["mlmt.value_shaping.value_grad=full"])
+    """A function returning a fresh copy of the recipe's config."""
+    return copier(compose_config(VALID + ["mlmt.value_shaping.value_grad=full"]))
 
 
-def _broken(config, **changes):
-    config = copy.deepcopy(config)
+def _broken(copy_of, **changes):
+    config = copy_of()
     for key, value in changes.items():
         OmegaConf.update(config, key, value, merge=False)
     return config
 
 
 def test_the_recipes_configs_are_valid(shaped_config):
-    check_config(shaped_config)
+    check_config(shaped_config())
     check_config(_broken(shaped_config, **{"mlmt.value_shaping.value_grad": "stop"}))
 
 

@@ -3,7 +3,6 @@
 development and held-out sets of leak_sets/ (docs/LEAK.md); the rates per turn transition; and
 ``mlmt.reward.leak_penalty``, which changes only the leaking rows' HL reward."""
 
-import copy
 import dataclasses
 import functools
 import json
@@ -13,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from config_copies import copier
 
 from agent_system import methods
 from agent_system.config import ConfigError, compose_config
@@ -281,12 +281,12 @@ def _problems():
 
 @functools.cache
 def _default_config():
-    return compose_config()
+    return copier(compose_config())
 
 
 def _config(leak_penalty):
     """The composed default config (composed once: Hydra takes seconds) with ``mlmt.reward.leak_penalty`` set."""
-    config = copy.deepcopy(_default_config())
+    config = _default_config()()
     config.mlmt.reward.leak_penalty = leak_penalty
     return config
 
@@ -309,7 +309,7 @@ def test_leak_penalty_changes_only_the_leaking_rows_hl_reward(pool, estimator):
             scores=StepScores(r1=R1, r3=R3, leak=scores["leak"]),
             stage=stage,
             mlmt=mlmt,
-            algorithm=_default_config().algorithm,
+            algorithm=_default_config()().algorithm,
             inputs=LevelInputs(kl=np.zeros(4), response_mask=mask, extra_reward=extra),
         )
         rewards[penalty] = np.asarray(result.task_rewards)

@@ -1,9 +1,9 @@
 """Trainer config: Hydra composition over verl's ppo_trainer, the CPU overlay, per-level views, validation."""
 
-import copy
 import re
 
 import pytest
+from config_copies import copier
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from agent_system import verl_plugin
@@ -23,10 +23,15 @@ def config():
     return compose_config(OVERRIDES)
 
 
+@pytest.fixture(scope="module")
+def config_copy(config):
+    return copier(config)
+
+
 @pytest.fixture
-def cfg(config):
+def cfg(config_copy):
     """A private copy to break."""
-    return copy.deepcopy(config)
+    return config_copy()
 
 
 def test_both_subtrees_carry_verls_keys(config):

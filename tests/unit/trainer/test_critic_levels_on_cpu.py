@@ -4,9 +4,8 @@ saves with every checkpoint): a level whose estimator is registered with ``criti
 acted). The run plan, the shared-path check and the model-path resolution follow the same rule (issue 35).
 """
 
-import copy
-
 import pytest
+from config_copies import copier
 from omegaconf import OmegaConf
 
 from agent_system.config import compose_config
@@ -15,11 +14,11 @@ from agent_system.launcher.main import resolve_model_paths
 from agent_system.launcher.plan import critic_name
 from agent_system.trainer.advantages import VALUE_ESTIMATORS, critic_levels, register_value_estimator
 
-BASE = compose_config([])  # composed once: the cases below change only mlmt keys
+BASE = copier(compose_config([]))  # composed once: the cases below change only mlmt keys
 
 
 def _levels(*overrides: str) -> tuple[str, ...]:
-    config = copy.deepcopy(BASE)
+    config = BASE()
     for override in overrides:
         key, value = override.split("=")
         OmegaConf.update(config, key, OmegaConf.create(f"v: {value}").v)  # YAML-typed, as Hydra reads it
@@ -75,7 +74,7 @@ def test_an_estimator_registered_with_a_critic_gets_one_in_every_start_up_step(
     estimator_with_critic, tmp_path, monkeypatch
 ):
     # issue 35: the registry's critic=True is the one rule; no file of the trainer names the new estimator
-    config = copy.deepcopy(BASE)
+    config = BASE()
     OmegaConf.update(config, "mlmt.hl.adv_estimator", estimator_with_critic)
     assert critic_levels(config) == ("hl",)
     assert critic_name(config, "hl") == "hl_critic" and critic_name(config, "ll") == "none"
@@ -85,6 +84,6 @@ def test_an_estimator_registered_with_a_critic_gets_one_in_every_start_up_step(
 
 def test_the_value_baseline_critic_path_alias_is_resolved(tmp_path, monkeypatch):
     # issue 35: prepare_config resolved a critic's model path for gae only, so value_baseline's critic got "~/..."
-    config = copy.deepcopy(BASE)
+    config = BASE()
     OmegaConf.update(config, "mlmt.ll.adv_estimator", "value_baseline")
     assert _critic_path_resolved(config, tmp_path, monkeypatch, "critic") == str(tmp_path / "critic_model")

@@ -4,11 +4,11 @@ shapes, the single-turn advantages and the metrics (no Ray; the episode runs on 
 from __future__ import annotations
 
 import asyncio
-import copy
 
 import numpy as np
 import pytest
 import torch
+from config_copies import copier
 from omegaconf import OmegaConf
 from transformers import AutoTokenizer
 
@@ -26,11 +26,11 @@ from agent_system.trainer.rows import LevelInputs, RowKeys, StepScores
 
 @pytest.fixture(scope="module")
 def base():
-    return compose_config(["hl.model.path=/models/hl"])
+    return copier(compose_config(["hl.model.path=/models/hl"]))
 
 
-def _with(config, **mlmt):
-    cfg = copy.deepcopy(config)
+def _with(copy_of, **mlmt):
+    cfg = copy_of()
     for key, value in mlmt.items():
         OmegaConf.update(cfg, f"mlmt.{key}", value)
     return cfg
@@ -39,7 +39,7 @@ def _with(config, **mlmt):
 def test_modes_validate_and_drop_the_hl(base):
     for mode in ("model", "self", "none"):
         check_config(_with(base, feedback=mode))
-    assert has_hl(base) and not has_hl(_with(base, feedback="self"))
+    assert has_hl(base()) and not has_hl(_with(base, feedback="self"))
     with pytest.raises(ConfigError, match="mlmt.feedback='critic'"):
         check_config(_with(base, feedback="critic"))
 

@@ -4,13 +4,13 @@ refusal of LoRA keys that cannot act."""
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import json
 import re
 
 import pytest
 import yaml
+from config_copies import copier
 from omegaconf import OmegaConf
 
 from agent_system.config import LORA_KEY_DEFAULTS, ConfigError, compose_config
@@ -32,11 +32,11 @@ TARGETS = ["all-linear", ALL_SEVEN, ["q_proj", "v_proj"], r"model\.layers\.1\..*
 
 @pytest.fixture(scope="module")
 def base():
-    return compose_config([])  # composed once; each test edits a copy
+    return copier(compose_config([]))  # composed once; each test edits a copy
 
 
 def _edit(base, settings: dict):
-    config = copy.deepcopy(base)
+    config = base()
     for key, value in settings.items():
         value = yaml.safe_load(value) if isinstance(value, str) else value
         OmegaConf.update(config, key, value, merge=False, force_add=True)

@@ -3,12 +3,12 @@ Llama-3.2-1B and -3B shapes, written here from their public config.json values (
 
 from __future__ import annotations
 
-import copy
 import json
 import math
 
 import pytest
 import yaml
+from config_copies import copier
 from omegaconf import OmegaConf
 
 from agent_system.config import ConfigError, compose_config
@@ -63,11 +63,11 @@ def _model(folder, hf_config: dict) -> str:
 
 @pytest.fixture(scope="module")
 def base():
-    return compose_config(GPU_LIKE)  # composed once (Hydra is slow on a loaded machine); each test edits a copy
+    return copier(compose_config(GPU_LIKE))  # composed once (Hydra is slow on a loaded machine); each test edits a copy
 
 
 def _config(base, tmp_path, overrides, ll=LLAMA_1B, hl=LLAMA_1B):
-    config = copy.deepcopy(base)
+    config = base()
     for override in overrides:
         key, value = override.lstrip("+").split("=", 1)
         OmegaConf.update(config, key, yaml.safe_load(value), merge=False, force_add=True)
@@ -219,21 +219,21 @@ def test_a_vllm_budget_without_room_for_one_sequence_is_a_notice(base, tmp_path)
 
 @pytest.mark.parametrize("value", ["abc", 0, -8, True, float("nan")])
 def test_a_bad_device_size_is_rejected_by_name(base, value):
-    config = copy.deepcopy(base)
+    config = base()
     config.mlmt.plan_device_gib = value
     with pytest.raises(ConfigError, match=r"mlmt.plan_device_gib=.*a number above 0"):
         device_memory_setting(config)
 
 
 def test_the_device_size_on_cpu_is_the_setting_or_not_known(base):
-    size, source = device_memory(base)
+    size, source = device_memory(base())
     assert size is None and "not known here" in source and "mlmt.plan_device_gib" in source
     config = compose_config(["mlmt.plan_device_gib=79.5"])  # the key as the command line gives it
     assert device_memory(config) == (int(79.5 * GIB), "mlmt.plan_device_gib=79.5")
 
 
 def test_a_model_folder_without_config_json_makes_the_estimate_unavailable(base, tmp_path):
-    config = copy.deepcopy(base)
+    config = base()
     config.actor_rollout_ref.model.path = str(tmp_path)
     with pytest.raises(MemoryUnavailable, match=f"actor_rollout_ref.model.path={tmp_path}: no config.json"):
         memory_plan(config, None, "", {"ll": False, "hl": False})

@@ -6,9 +6,8 @@ config passes (the experiment scripts and recipes: tests/unit/test_experiment_pl
 
 from __future__ import annotations
 
-import copy
-
 import pytest
+from config_copies import copier
 from omegaconf import OmegaConf
 
 from agent_system import verl_compat as vc
@@ -26,6 +25,11 @@ KEYS = [
 @pytest.fixture(scope="module")
 def default_config():
     return compose_config([])
+
+
+@pytest.fixture(scope="module")
+def default_copy(default_config):
+    return copier(default_config)
 
 
 def _first_leaf(config, key):
@@ -46,9 +50,9 @@ def _other_than(value):
     return "other"  # None, a list
 
 
-def test_default_config_sets_none_of_them(default_config):
+def test_default_config_sets_none_of_them(default_config, default_copy):
     assert bypassed_key_errors(default_config) == []
-    check_config(copy.deepcopy(default_config))
+    check_config(default_copy())
 
 
 def test_every_listed_key_is_one_of_verls(default_config):
@@ -59,8 +63,8 @@ def test_every_listed_key_is_one_of_verls(default_config):
 
 
 @pytest.mark.parametrize(("key", "pattern"), KEYS)
-def test_a_listed_key_set_is_refused_naming_its_replacement(default_config, key, pattern):
-    config = copy.deepcopy(default_config)
+def test_a_listed_key_set_is_refused_naming_its_replacement(default_copy, key, pattern):
+    config = default_copy()
     leaf, value = _first_leaf(config, key)
     OmegaConf.update(config, leaf, _other_than(value), merge=False)
     with pytest.raises(ConfigError) as error:
