@@ -15,7 +15,6 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 from _fast_tier import pytest_collection_modifyitems, pytest_runtest_makereport, pytest_runtest_setup  # noqa: F401
 
-
 _modules_at_last_freeze = 0
 
 
