@@ -145,7 +145,7 @@ def test_a_bare_pytest_leaves_out_external_tests_and_fails_an_unmarked_one_that_
 
 @pytest.mark.external
 def test_the_learning_study_runs_only_when_named():
-    """Tests marked ``study`` (about 35 min) are left out of every run, CI's included, unless ``-m`` names the mark."""
+    """Tests marked ``study`` (about 25 min) are left out of every run, CI's included, unless ``-m`` names the mark."""
     study = "tests/e2e/test_joint_learning_study_on_cpu.py"
 
     def collected(*args: str) -> str:
