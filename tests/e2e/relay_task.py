@@ -237,12 +237,20 @@ def run_overrides(models: dict[str, str], steps: int, seed: int) -> list[str]:
     ]
 
 
+def passes_gold(feedback: str, gold: str) -> bool:
+    """The feedback's last number is the gold: what the solver was warmed up to copy. Wider than :func:`useful`: the
+    task's rule grades "The answer is is 7", "The answer is 4 has" or "The answer is 6" plus a broken byte as wrong,
+    but a copying solver reads the gold from each (a CI run counted six such rows as right answers without help)."""
+    return _last_number(feedback) == gold
+
+
 def step_figures(records: list[dict]) -> dict[str, float]:
     """A step's figures from its trajectory records: the HL's useful-feedback rate, the solver's copy rate (R3 = 1
-    among rows whose feedback is useful) and its rate of right answers without useful feedback."""
+    among rows whose feedback is useful) and its rate of right answers on rows whose feedback does not pass the gold
+    on (:func:`passes_gold`): what it knows without the feedback."""
     helped = [useful(r["feedback"], r["ground_truth"]) for r in records]
     copied = [r["R3"] for r, ok in zip(records, helped, strict=True) if ok]
-    alone = [r["R3"] for r, ok in zip(records, helped, strict=True) if not ok]
+    alone = [r["R3"] for r in records if not passes_gold(r["feedback"], r["ground_truth"])]
     return {"useful": _mean(helped), "copy": _mean(copied), "right_unhelped": _mean(alone)}
 
 

@@ -93,11 +93,11 @@ def test_feedback_writer_learns_to_emit_the_cue(cue_ll_sure, cue_hl, cue_data, t
 def test_feedback_writer_learns_while_the_solver_learns(relay_models, tmp_path):
     """Both levels at lr 1e-4 on every step ((tH, tL) = (1, 1)) on the relay task, seed 0: the HL's useful-feedback
     rate and R3 rise by >= 0.25 (last three steps against the first three) while the solver's weights change and its
-    answers stay tied to the feedback (right on at most 10 % of the rows without useful feedback, pooled over the
-    second half: it has not learned the answers itself; a late step may have no such row). The seeds, the (1, 2)
-    schedule, the contrastive reward and the negative controls (the HL's advantages negated, its weight sync skipped:
-    neither rises so) are the ``study`` (test_joint_learning_study_on_cpu.py); figures in docs/MEASUREMENTS.md,
-    "Learning tests"."""
+    answers stay tied to the feedback (right on at most 10 % of the rows whose feedback does not pass the gold on,
+    pooled over the second half: it has not learned the answers itself; a late step may have no such row). The
+    seeds, the (1, 2) schedule, the contrastive reward and the negative controls (the HL's advantages negated, its
+    weight sync skipped: neither rises so) are the ``study`` (test_joint_learning_study_on_cpu.py); figures in
+    docs/MEASUREMENTS.md, "Learning tests"."""
     steps, models = 14, relay_models(0)
     out = tmp_path / "run"
     metrics, figures = relay_run(out, models, 0, steps, [f"trainer.save_freq={steps}"], "seed 0 schedule_1_1")
@@ -107,7 +107,7 @@ def test_feedback_writer_learns_while_the_solver_learns(relay_models, tmp_path):
     for s in range(2, steps + 1):  # the HL's server samples with the weights it was just updated to
         assert metrics[s]["hl/rollout_actor_logprob_diff_max"] < 1e-3, (s, metrics[s])
     assert rises(helped) and rises(r3), (helped, r3)
-    # the rows without useful feedback of the second half, pooled (a step where every feedback is useful has none)
+    # the rows of the second half whose feedback does not pass the gold on, pooled (a step may have none)
     late = [record for s in range(steps // 2 + 1, steps + 1) for record in trajectories(out, s)]
     assert step_figures(late)["right_unhelped"] <= 0.1, step_figures(late)
 
