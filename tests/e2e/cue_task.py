@@ -65,7 +65,7 @@ def train_cue_solver(path: str, p_right_given_cue: float, steps: int = 250, feed
 def right_given_cue_rate(path: str, feedbacks: int = 64, feedback_tokens: int = 4, seed: int = 7) -> float:
     """The share of ``feedbacks`` random cued feedbacks (drawn as an untrained feedback writer writes them:
     ``feedback_tokens`` vocabulary tokens, one of them a digit) after which the solver at ``path``, decoding greedily
-    (8 tokens), refines to the right answer, graded like the ``arith`` rule (the last number is 3). Greedy on fixed
+    (8 tokens), refines to the right answer: the last number of its refinement is 3. Greedy on fixed
     feedbacks: the same model always gives the same rate, without sampling noise."""
     rng = random.Random(seed)
     tokenizer, model = load(path)

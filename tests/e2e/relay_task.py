@@ -125,22 +125,27 @@ def solver_rates(path: str, tasks, count: int = 100, seed: int = 99) -> dict[str
     idea" ("no_idea")."""
     rng, prompts = random.Random(seed), PromptBuilder(TEMPLATES)
     tokenizer, model = load(path)
-    rates = {"copy": 0.0, "other": 0.0, "no_idea": 0.0}
+    cases = []
     for _ in range(count):
         problem, _ = rng.choice(tasks)
         feedback = ""
         while _last_number(feedback) is None:
             feedback = _any_feedback(rng, tokenizer)
-        prompt, digit = (
-            _refine_prompt(prompts, Task(problem, "math", ""), rng, tokenizer, feedback),
-            _last_number(feedback),
-        )
-        rates["copy"] += response_probability(model, tokenizer, prompt, answer(digit))
-        rates["other"] += sum(
-            response_probability(model, tokenizer, prompt, answer(str(d))) for d in range(10) if str(d) != digit
-        )
-        rates["no_idea"] += response_probability(model, tokenizer, prompt, ATTEMPT)
-    return {name: total / count for name, total in rates.items()}
+        prompt = _refine_prompt(prompts, Task(problem, "math", ""), rng, tokenizer, feedback)
+        cases.append((prompt, _last_number(feedback)))
+    return dict(zip(("copy", "other", "no_idea"), _answer_rates(model, tokenizer, cases, ATTEMPT), strict=True))
+
+
+def _answer_rates(model, tokenizer, cases, fallback: str) -> tuple[float, float, float]:
+    """The model's mean probabilities over ``cases`` ((prompt ids, digit) pairs) of answering the digit, of answering
+    any other digit, and of the response ``fallback``."""
+    totals = [0.0, 0.0, 0.0]
+    for prompt, digit in cases:
+        answers = {str(d): response_probability(model, tokenizer, prompt, answer(str(d))) for d in range(10)}
+        totals[0] += answers.pop(digit)
+        totals[1] += sum(answers.values())
+        totals[2] += response_probability(model, tokenizer, prompt, fallback)
+    return tuple(total / len(cases) for total in totals)
 
 
 def train_relay_writer(path: str, tasks, p_state: float, steps: int = 600, seed: int = 1) -> float:
@@ -166,16 +171,13 @@ def writer_rates(path: str, tasks, count: int = 100, seed: int = 99) -> dict[str
     stating the problem's gold ("gold"), another digit ("other"), and "Check the answer" ("no_digit")."""
     rng, prompts = random.Random(seed), PromptBuilder(TEMPLATES)
     tokenizer, model = load(path)
-    rates = {"gold": 0.0, "other": 0.0, "no_digit": 0.0}
+    cases = []
     for _ in range(count):
         problem, gold = rng.choice(tasks)
-        prompt = prompts.feedback(Task(problem, "math", ""), attempt(rng, tokenizer), "", tokenizer, BUDGET).ids
-        rates["gold"] += response_probability(model, tokenizer, prompt, answer(gold))
-        rates["other"] += sum(
-            response_probability(model, tokenizer, prompt, answer(str(d))) for d in range(10) if str(d) != gold
+        cases.append(
+            (prompts.feedback(Task(problem, "math", ""), attempt(rng, tokenizer), "", tokenizer, BUDGET).ids, gold)
         )
-        rates["no_digit"] += response_probability(model, tokenizer, prompt, NO_DIGIT)
-    return {name: total / count for name, total in rates.items()}
+    return dict(zip(("gold", "other", "no_digit"), _answer_rates(model, tokenizer, cases, NO_DIGIT), strict=True))
 
 
 def write_dataset(folder, tasks, repeats: int = 4) -> tuple[str, str]:

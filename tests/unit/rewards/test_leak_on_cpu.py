@@ -280,13 +280,14 @@ def _problems():
 
 
 @functools.cache
-def _default_config():
+def _default_copy():
+    """A function returning a fresh copy of the composed default config (composed once: Hydra takes seconds)."""
     return copier(compose_config())
 
 
 def _config(leak_penalty):
-    """The composed default config (composed once: Hydra takes seconds) with ``mlmt.reward.leak_penalty`` set."""
-    config = _default_config()()
+    """A copy of the composed default config with ``mlmt.reward.leak_penalty`` set."""
+    config = _default_copy()()
     config.mlmt.reward.leak_penalty = leak_penalty
     return config
 
@@ -309,7 +310,7 @@ def test_leak_penalty_changes_only_the_leaking_rows_hl_reward(pool, estimator):
             scores=StepScores(r1=R1, r3=R3, leak=scores["leak"]),
             stage=stage,
             mlmt=mlmt,
-            algorithm=_default_config()().algorithm,
+            algorithm=_default_copy()().algorithm,
             inputs=LevelInputs(kl=np.zeros(4), response_mask=mask, extra_reward=extra),
         )
         rewards[penalty] = np.asarray(result.task_rewards)
