@@ -137,13 +137,13 @@ def solver_rates(path: str, tasks, count: int = 100, seed: int = 99) -> dict[str
 
 
 def _answer_rates(model, tokenizer, cases, fallback: str) -> tuple[float, float, float]:
-    """The model's mean probabilities over ``cases`` ((prompt ids, digit) pairs) of answering the digit, of answering
-    any other digit, and of the response ``fallback``."""
+    """The model's mean probabilities over ``cases`` ((prompt ids, number) pairs) of answering the number, of
+    answering any single digit other than it, and of the response ``fallback``."""
     totals = [0.0, 0.0, 0.0]
-    for prompt, digit in cases:
-        answers = {str(d): response_probability(model, tokenizer, prompt, answer(str(d))) for d in range(10)}
-        totals[0] += answers.pop(digit)
-        totals[1] += sum(answers.values())
+    for prompt, number in cases:
+        others = [str(d) for d in range(10) if str(d) != number]  # a feedback may end in a longer number ("99")
+        totals[0] += response_probability(model, tokenizer, prompt, answer(number))
+        totals[1] += sum(response_probability(model, tokenizer, prompt, answer(d)) for d in others)
         totals[2] += response_probability(model, tokenizer, prompt, fallback)
     return tuple(total / len(cases) for total in totals)
 
