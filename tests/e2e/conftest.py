@@ -51,7 +51,7 @@ def relay_models(built_once):
     the loss bound once copied the feedback's digit a quarter of the time where 0.6 was asked."""
 
     def build(folder, seed: int) -> dict[str, str]:
-        tasks = relay_problems(12, seed)
+        tasks = relay_problems(32, seed)
         ll = str(build_tiny_model(folder / "ll", seed=0))
         train_relay_solver(ll, tasks, p_copy=0.6, seed=seed)
         rates = solver_rates(ll, tasks)

@@ -1,20 +1,23 @@
 """The relay task: the feedback writer knows the answers, the solver does not, for the joint learning tests (issue 34).
 
-K problems in words ("What is the code of the red box?"), each with a random gold digit, graded by the ``arith`` rule
-(the last number of the response). The problem has no digit; the solver learns a gold only through the feedback.
+K problems in words ("What is the code of the red box?"), each with a random two-digit gold code, graded by the
+``arith`` rule (the last number of the response). The problem has no digit; the solver learns a gold only through the
+feedback. Codes of two digits, not one: a solver that guesses is right 1 time in 90, not 1 in 10 (with one digit, its
+chance guesses alone made up to 0.07 of its right answers without help, against the test's bound of 0.1). Many
+problems (32): with 12, the solver's turn 1 learned one box's gold within 14 steps in some runs.
 
 * The solver (:func:`train_relay_solver`, a tiny random model fine-tuned for a few hundred supervised steps on the
   exact turn prompts the trainer builds) attempts "No idea" at turn 1 (R1 = 0), and at refinement copies the last
-  number it finds in the feedback ("The answer is <d>") with probability ``p_copy``, "No idea" otherwise or when the
+  number it finds in the feedback ("The answer is <code>") with probability ``p_copy``, "No idea" otherwise or when the
   feedback has no number. It has not seen the golds, so it cannot answer without the feedback; with many problems,
-  learning the answers by itself is slower than passing on the digit, and it never tries an answer uncued.
+  learning the answers by itself is slower than passing on the code, and it never tries an answer uncued.
 * The feedback writer (:func:`train_relay_writer`, the same warm-up on the HL's exact prompt: the problem and the
   attempt, never the answer) knows each problem's gold but states it only part of the time: "The answer is <gold>"
   with probability ``p_state``, "Check the answer" otherwise.
 
 Both warm-ups see varied attempts (:func:`attempt`): in RL the solver's turn 1 drifts within a few steps ("No idea"
 → "N", since its turn-3 updates against "No idea" reach turn 1 too), and a writer warmed up on "No idea" alone then
-lost its answers (it wrote the same digit for every box; its useful-feedback rate fell to 0.03 at step 8).
+lost its answers (it wrote the same number for every box; its useful-feedback rate fell to 0.03 at step 8).
 
 So R3 is right only when the feedback states the gold and the solver copies it: the feedback keeps mattering while
 both levels train, and the HL's **useful-feedback rate** (:func:`useful`: the feedback alone, graded as an answer,
@@ -28,12 +31,15 @@ import re
 
 import pandas as pd
 from mlmt_run import HF_TOY_RUN, run_main, trajectories
-from warm_up import fine_tune, load, response_probability
+from warm_up import fine_tune, load, response_probabilities
 
 from agent_system.prompts.templates import PromptBuilder, Task
 from agent_system.rewards.scoring import compute_score
 
-BOXES = "red blue green black white brown pink gold grey navy teal lime plum rose sand jade".split()
+BOXES = (
+    "red blue green black white brown pink gold grey navy teal lime plum rose sand jade"
+    " amber ivory olive coral cyan mint ruby slate tan wine azure beige khaki lilac mauve peach"
+).split()
 ATTEMPT, NO_DIGIT = "No idea", "Check the answer"
 BUDGET = 512  # prompt tokens, as the trainer's data.max_prompt_length (no prompt of the task is shortened)
 # Short templates (``mlmt.prompts.overrides``): a tiny model warmed up on the default ones (a hundred tokens of
@@ -47,14 +53,17 @@ TEMPLATES = {
 OVERRIDES = [f"+mlmt.prompts.overrides.{name}='{text}'" for name, text in TEMPLATES.items()]  # the trainer's
 
 
+CODES = [str(code) for code in range(10, 100)]  # the golds: a solver guessing a code is right 1 time in 90
+
+
 def problems(count: int, seed: int) -> list[tuple[str, str]]:
-    """``count`` (problem, gold digit) pairs; the golds drawn with ``seed``."""
+    """``count`` (problem, gold code) pairs; the golds drawn with ``seed``."""
     rng = random.Random(seed)
-    return [(f"What is the code of the {box} box?", str(rng.randrange(10))) for box in BOXES[:count]]
+    return [(f"What is the code of the {box} box?", rng.choice(CODES)) for box in BOXES[:count]]
 
 
-def answer(digit: str) -> str:
-    return f"The answer is {digit}"
+def answer(number: str) -> str:
+    return f"The answer is {number}"
 
 
 def useful(feedback: str, gold: str) -> bool:
@@ -74,7 +83,7 @@ def attempt(rng: random.Random, tokenizer) -> str:
     if form < 0.4:
         return ATTEMPT
     if form < 0.6:
-        text = rng.choice([ATTEMPT, answer(str(rng.randrange(10)))])
+        text = rng.choice([ATTEMPT, answer(rng.choice(CODES))])
         return text[: rng.randint(1, len(text))]
     ids = [rng.randrange(3, len(tokenizer) - 3) for _ in range(rng.randint(1, 5))]
     return tokenizer.decode(ids, skip_special_tokens=True)
@@ -83,8 +92,8 @@ def attempt(rng: random.Random, tokenizer) -> str:
 def train_relay_solver(path: str, tasks, p_copy: float, steps: int = 600, seed: int = 0) -> float:
     """Fine-tune the tiny model at ``path`` in place into the copying solver; returns the final loss.
 
-    Feedbacks in training: the writer's three forms with any digit, and random vocabulary tokens with or without a
-    digit (as a writer drifting in RL may write); the golds are never used. At lr 1e-3, decayed over the second half:
+    Feedbacks in training: the writer's three forms with any code, and random vocabulary tokens with or without a
+    code (as a writer drifting in RL may write); the golds are never used. At lr 1e-3, decayed over the second half:
     at 3e-3 (400 steps) the copy was learned on seed 0 only; seed 2's solver copied a random digit after 1,500
     steps and seed 1's swung between 0.12 and 0.53 (:func:`solver_rates`)."""
     rng, prompts = random.Random(seed), PromptBuilder(TEMPLATES)
@@ -103,15 +112,15 @@ def train_relay_solver(path: str, tasks, p_copy: float, steps: int = 600, seed: 
 
 
 def _any_feedback(rng: random.Random, tokenizer) -> str:
-    """A feedback of the writer's three forms with any digit, or random vocabulary tokens with or without a digit."""
+    """A feedback of the writer's three forms with any code, or random vocabulary tokens with or without a code."""
     form = rng.random()
     if form < 0.4:
-        return answer(str(rng.randrange(10)))
+        return answer(rng.choice(CODES))
     if form < 0.6:
         return NO_DIGIT
     ids = [rng.randrange(3, len(tokenizer) - 3) for _ in range(rng.randint(0, 5))]
     feedback = tokenizer.decode(ids, skip_special_tokens=True)
-    return feedback + f" {rng.randrange(10)}" if rng.random() < 0.5 else feedback
+    return feedback + f" {rng.choice(CODES)}" if rng.random() < 0.5 else feedback
 
 
 def _refine_prompt(prompts: PromptBuilder, task: Task, rng: random.Random, tokenizer, feedback: str) -> list[int]:
@@ -120,8 +129,8 @@ def _refine_prompt(prompts: PromptBuilder, task: Task, rng: random.Random, token
 
 
 def solver_rates(path: str, tasks, count: int = 100, seed: int = 99) -> dict[str, float]:
-    """The warmed-up solver's mean probabilities, over ``count`` refinement prompts whose feedback ends in a digit
-    (drawn with ``seed``, not the warm-up's): of copying it ("copy"), of answering another digit ("other"), of "No
+    """The warmed-up solver's mean probabilities, over ``count`` refinement prompts whose feedback ends in a number
+    (drawn with ``seed``, not the warm-up's): of copying it ("copy"), of answering another code ("other"), of "No
     idea" ("no_idea")."""
     rng, prompts = random.Random(seed), PromptBuilder(TEMPLATES)
     tokenizer, model = load(path)
@@ -138,13 +147,13 @@ def solver_rates(path: str, tasks, count: int = 100, seed: int = 99) -> dict[str
 
 def _answer_rates(model, tokenizer, cases, fallback: str) -> tuple[float, float, float]:
     """The model's mean probabilities over ``cases`` ((prompt ids, number) pairs) of answering the number, of
-    answering any single digit other than it, and of the response ``fallback``."""
+    answering any code other than it, and of the response ``fallback``."""
     totals = [0.0, 0.0, 0.0]
     for prompt, number in cases:
-        others = [str(d) for d in range(10) if str(d) != number]  # a feedback may end in a longer number ("99")
-        totals[0] += response_probability(model, tokenizer, prompt, answer(number))
-        totals[1] += sum(response_probability(model, tokenizer, prompt, answer(d)) for d in others)
-        totals[2] += response_probability(model, tokenizer, prompt, fallback)
+        others = [code for code in CODES if code != number]  # a random feedback may end in another number ("7")
+        texts = [answer(number), fallback, *(answer(code) for code in others)]
+        right, rest, *wrong = response_probabilities(model, tokenizer, prompt, texts)
+        totals[0], totals[1], totals[2] = totals[0] + right, totals[1] + sum(wrong), totals[2] + rest
     return tuple(total / len(cases) for total in totals)
 
 
@@ -152,10 +161,10 @@ def train_relay_writer(path: str, tasks, p_state: float, steps: int = 600, seed:
     """Fine-tune the tiny model at ``path`` in place into the feedback writer that knows each gold and states it with
     probability ``p_state`` ("Check the answer" otherwise); returns the final loss.
 
-    No wrong digit in its warm-up: with a wrong one 20 % of the time (uniform over the other nine) the tiny model did
-    not learn which gold goes with which box in 800 steps (its digits followed the golds' overall frequency). At lr
-    1e-3, decayed over the second half: at 3e-3 (500 steps) seed 3's writer stated its gold 2 % of the time
-    (:func:`writer_rates`)."""
+    No wrong answer in its warm-up: with a wrong digit 20 % of the time (uniform over the other nine, when the golds
+    were digits) the tiny model did not learn which gold goes with which box in 800 steps (its digits followed the
+    golds' overall frequency). At lr 1e-3, decayed over the second half: at 3e-3 (500 steps) seed 3's writer stated
+    its gold 2 % of the time (:func:`writer_rates`)."""
     rng, prompts = random.Random(seed), PromptBuilder(TEMPLATES)
 
     def example(tokenizer) -> tuple[list[int], str]:
@@ -168,7 +177,7 @@ def train_relay_writer(path: str, tasks, p_state: float, steps: int = 600, seed:
 
 def writer_rates(path: str, tasks, count: int = 100, seed: int = 99) -> dict[str, float]:
     """The warmed-up writer's mean probabilities, over ``count`` feedback prompts (attempts drawn with ``seed``), of
-    stating the problem's gold ("gold"), another digit ("other"), and "Check the answer" ("no_digit")."""
+    stating the problem's gold ("gold"), another code ("other"), and "Check the answer" ("no_digit")."""
     rng, prompts = random.Random(seed), PromptBuilder(TEMPLATES)
     tokenizer, model = load(path)
     cases = []
@@ -240,10 +249,11 @@ def run_overrides(models: dict[str, str], steps: int, seed: int) -> list[str]:
 
 
 def passes_gold(feedback: str, gold: str) -> bool:
-    """The feedback's last number is the gold: what the solver was warmed up to copy. Wider than :func:`useful`: the
-    task's rule grades "The answer is is 7", "The answer is 4 has" or "The answer is 6" plus a broken byte as wrong,
-    but a copying solver reads the gold from each (a CI run counted six such rows as right answers without help)."""
-    return _last_number(feedback) == gold
+    """The gold's digits follow one another among the feedback's digits: the solver may have read it there. Wider
+    than :func:`useful`: the task's rule grades "The answer is is 7" or "The answer is 6" plus a broken byte as wrong
+    (a CI run counted six such rows as right answers without help), and with one-digit golds the solver read the gold
+    4 from a feedback "64" (five such rows in one run)."""
+    return gold in "".join(re.findall(r"\d", feedback))
 
 
 def step_figures(records: list[dict]) -> dict[str, float]:

@@ -7,8 +7,8 @@
   0.65 when cued; turn-3 accuracy must rise, and that probability by at least 0.2. The feedback writer does not
   learn reliably in this run (see the test's docstring).
 * **The HL learns while the solver learns**, both at lr 1e-4 under (1, 1), on the relay task (relay_task.py: the
-  feedback writer knows the answers of 12 problems, the solver copies a digit from the feedback): one seed of the
-  multi-seed study with its negative controls (test_joint_learning_study_on_cpu.py, marked ``study``).
+  feedback writer knows the two-digit codes of 32 problems, the solver copies a number from the feedback): one seed
+  of the multi-seed study with its negative controls (test_joint_learning_study_on_cpu.py, marked ``study``).
 """
 
 from __future__ import annotations

@@ -43,9 +43,23 @@ def fine_tune(path: str, example, steps: int, seed: int, lr: float = 3e-3, decay
     return float(loss.detach())
 
 
-def response_probability(model, tokenizer, prompt: list[int], text: str) -> float:
-    """The model's probability of the response ``text`` (then eos) after ``prompt``."""
-    response = tokenizer(text, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+def response_probabilities(model, tokenizer, prompt: list[int], texts: list[str]) -> list[float]:
+    """The model's probability of each response in ``texts`` (then eos) after ``prompt``, in one batch."""
+    responses = [tokenizer(text, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id] for text in texts]
+    width = len(prompt) + max(len(response) for response in responses)
+    ids = torch.full((len(texts), width), tokenizer.pad_token_id)
+    mask = torch.zeros_like(ids)
+    for i, response in enumerate(responses):
+        row = prompt + response
+        ids[i, : len(row)], mask[i, : len(row)] = torch.tensor(row), 1
     with torch.no_grad():
-        logits = model(input_ids=torch.tensor([prompt + response])).logits[0, len(prompt) - 1 : -1]
-    return float(logits.log_softmax(-1).gather(1, torch.tensor(response)[:, None]).sum().exp())
+        logprobs = model(input_ids=ids, attention_mask=mask).logits.log_softmax(-1)
+    return [
+        float(
+            logprobs[i, len(prompt) - 1 : len(prompt) + len(response) - 1]
+            .gather(1, torch.tensor(response)[:, None])
+            .sum()
+            .exp()
+        )
+        for i, response in enumerate(responses)
+    ]
