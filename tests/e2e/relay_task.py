@@ -151,13 +151,13 @@ def solver_rates(path: str, tasks, count: int = 100, seed: int = 99) -> dict[str
 def _answer_rates(model, tokenizer, cases, fallback: str) -> tuple[float, float, float]:
     """The model's mean probabilities over ``cases`` ((prompt ids, number) pairs) of answering the number, of
     answering any code other than it, and of the response ``fallback``."""
-    totals = [0.0, 0.0, 0.0]
+    rates = []
     for prompt, number in cases:
         others = [code for code in CODES if code != number]  # a random feedback may end in another number ("7")
         texts = [answer(number), fallback, *(answer(code) for code in others)]
         right, rest, *wrong = response_probabilities(model, tokenizer, prompt, texts)
-        totals[0], totals[1], totals[2] = totals[0] + right, totals[1] + sum(wrong), totals[2] + rest
-    return tuple(total / len(cases) for total in totals)
+        rates.append((right, sum(wrong), rest))
+    return tuple(sum(column) / len(cases) for column in zip(*rates, strict=True))
 
 
 def train_relay_writer(path: str, tasks, p_state: float, steps: int = 600, seed: int = 1) -> float:

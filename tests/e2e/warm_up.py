@@ -24,16 +24,7 @@ def fine_tune(path: str, example, steps: int, seed: int, lr: float = 3e-3, decay
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
     loss = None
     for _ in range(steps):
-        pairs = []
-        for prompt, text in (example(tokenizer) for _ in range(32)):
-            pairs.append((prompt, tokenizer(text, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]))
-        width = max(len(p) + len(r) for p, r in pairs)
-        ids = torch.full((len(pairs), width), tokenizer.pad_token_id)
-        labels, mask = torch.full_like(ids, -100), torch.zeros_like(ids)
-        for i, (prompt, response) in enumerate(pairs):
-            row = prompt + response
-            ids[i, : len(row)], mask[i, : len(row)] = torch.tensor(row), 1
-            labels[i, len(prompt) : len(row)] = torch.tensor(response)
+        ids, mask, labels = _batch(tokenizer, [example(tokenizer) for _ in range(32)])
         loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
         optimizer.zero_grad()
         loss.backward()
@@ -45,21 +36,25 @@ def fine_tune(path: str, example, steps: int, seed: int, lr: float = 3e-3, decay
 
 def response_probabilities(model, tokenizer, prompt: list[int], texts: list[str]) -> list[float]:
     """The model's probability of each response in ``texts`` (then eos) after ``prompt``, in one batch."""
-    responses = [tokenizer(text, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id] for text in texts]
-    width = len(prompt) + max(len(response) for response in responses)
-    ids = torch.full((len(texts), width), tokenizer.pad_token_id)
-    mask = torch.zeros_like(ids)
-    for i, response in enumerate(responses):
+    ids, mask, labels = _batch(tokenizer, [(prompt, text) for text in texts])
+    with torch.no_grad():
+        logprobs = model(input_ids=ids, attention_mask=mask).logits[:, :-1].log_softmax(-1)
+    targets = labels[:, 1:]  # each position's next token, -100 outside the response
+    token_logprobs = logprobs.gather(2, targets.clamp(min=0)[..., None])[..., 0]
+    return token_logprobs.where(targets != -100, 0.0).sum(1).exp().tolist()
+
+
+def _batch(tokenizer, pairs: list[tuple[list[int], str]]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(input ids, attention mask, labels) of (prompt ids, response text) pairs, each response then eos, right-padded;
+    the labels are the response's tokens, -100 elsewhere."""
+    rows = [
+        (prompt, tokenizer(text, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id])
+        for prompt, text in pairs
+    ]
+    ids = torch.full((len(rows), max(len(p) + len(r) for p, r in rows)), tokenizer.pad_token_id)
+    labels, mask = torch.full_like(ids, -100), torch.zeros_like(ids)
+    for i, (prompt, response) in enumerate(rows):
         row = prompt + response
         ids[i, : len(row)], mask[i, : len(row)] = torch.tensor(row), 1
-    with torch.no_grad():
-        logprobs = model(input_ids=ids, attention_mask=mask).logits.log_softmax(-1)
-    return [
-        float(
-            logprobs[i, len(prompt) - 1 : len(prompt) + len(response) - 1]
-            .gather(1, torch.tensor(response)[:, None])
-            .sum()
-            .exp()
-        )
-        for i, response in enumerate(responses)
-    ]
+        labels[i, len(prompt) : len(row)] = torch.tensor(response)
+    return ids, mask, labels
