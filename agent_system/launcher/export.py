@@ -66,7 +66,29 @@ def export_checkpoint(
         logger.info("exported %s -> %s", level_dir, written[level])
     if not written:
         raise FileNotFoundError(f"{source} holds neither an ll nor an hl checkpoint")
+    write_token_budgets(Path(run_dir), target)
     return written
+
+
+TOKEN_BUDGETS = "token_budgets.json"  # beside the exported levels: what the run trained with, per turn
+
+
+def write_token_budgets(run_dir: Path, target: Path) -> None:
+    """``<target>/token_budgets.json``: the run's prompt, solver and feedback budgets per turn, from its run plan, so
+    that an evaluation defaults to the lengths the run trained with (``agent_system.eval.math500``). Nothing is
+    written for a run without a plan or one whose plan predates the budgets."""
+    plan_path = run_dir / "run_plan.json"
+    if not plan_path.is_file():
+        return
+    levels = json.loads(plan_path.read_text())["levels"]
+    if "response_tokens" not in levels["ll"]:
+        return
+    budgets = {
+        "max_prompt_tokens": levels["ll"]["prompt_tokens"],
+        "max_tokens": levels["ll"]["response_tokens"],
+        "feedback_tokens": levels["hl"]["response_tokens"] if "hl" in levels else None,
+    }
+    (target / TOKEN_BUDGETS).write_text(json.dumps(budgets, indent=2) + "\n")
 
 
 def _export_lora(level: str, level_dir: Path, merged: object, target: Path, base: str | None) -> str:

@@ -88,6 +88,8 @@ class LevelPlan:
     critic_lr: LrPlan | None
     rows_per_update: int
     world_size: int
+    prompt_tokens: int  # data.max_prompt_length
+    response_tokens: int  # the level's response budget per turn (LL: data.max_response_length, HL: its rollout's)
     tokens_per_row: int  # prompt budget + response budget
     tokens_per_step: int  # rows × tokens_per_row: the most a step's update can hold
     mini_batch_setting: int
@@ -253,7 +255,8 @@ def _due_steps(freq: int, total: int) -> list[int]:
     return sorted({*range(freq, total + 1, freq), total})
 
 
-def _world_size(config: DictConfig, level: str) -> int:
+def level_world_size(config: DictConfig, level: str) -> int:
+    """Data-parallel ranks of ``level``'s actor: its pool under ``split`` placement, every device otherwise."""
     if config.mlmt.placement == "split":
         return int(config.mlmt[f"{level}_gpus"])
     return int(config.trainer.n_gpus_per_node) * int(config.trainer.get("nnodes", 1))
@@ -316,7 +319,7 @@ def mini_batch_cuts(config: DictConfig) -> list[MiniBatchCut]:
     for level in ("ll", "hl"):
         if frozen[level]:
             continue
-        world = _world_size(config, level)
+        world = level_world_size(config, level)
         rows = -(-level_rows(config, level) // world) * world  # padded to the data-parallel size
         keys = [f"{POLICY_TREES[level]}.actor.ppo_mini_batch_size"]
         if critic_name(config, level) == CRITIC_TREES[level]:
@@ -376,7 +379,7 @@ def build_plan(config: DictConfig, train_rows: int, val_rows: int | None) -> Run
     levels = {}
     for level in ("ll", "hl") if mlmt.feedback == "model" else ("ll",):
         tree = config[POLICY_TREES[level]]
-        world = _world_size(config, level)
+        world = level_world_size(config, level)
         rows = level_rows(config, level)
         padded = -(-rows // world) * world
         mini = mini_batch_size(padded, tree.actor.ppo_mini_batch_size, world)
@@ -415,6 +418,8 @@ def build_plan(config: DictConfig, train_rows: int, val_rows: int | None) -> Run
             critic_lr=lr_plan(config, sections[1], count) if len(sections) > 1 and not frozen[level] else None,
             rows_per_update=rows,
             world_size=world,
+            prompt_tokens=int(data.max_prompt_length),
+            response_tokens=int(response),
             tokens_per_row=int(data.max_prompt_length + response),
             tokens_per_step=int(rows * (data.max_prompt_length + response)),
             mini_batch_setting=int(tree.actor.ppo_mini_batch_size),

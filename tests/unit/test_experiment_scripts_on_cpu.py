@@ -9,7 +9,6 @@ nothing runs); that costs ~10 s on this machine (verl's imports), hence not all 
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -227,94 +226,6 @@ def test_archer_recipe_variants(tmp_path):
     assert config.mlmt.feedback == "self" and config.mlmt.archer.actor_signal == "q"
     assert config.trainer.experiment_name == "archer_code_self"
     assert config.mlmt.archer.critic_model_path == LLAMA  # the solver's model
-
-
-def test_compare_script_reaches_its_driver():
-    """recipes/compare.sh runs the driver module it names (its options print, nothing trains)."""
-    env = {**os.environ, "MLMT_PYTHON": sys.executable}
-    result = subprocess.run(
-        ["bash", str(REPO / "recipes" / "compare.sh"), "--help"], env=env, capture_output=True, text=True, timeout=120
-    )
-    assert result.returncode == 0, result.stderr
-    assert "--baselines" in result.stdout and "--eval-data" in result.stdout
-
-
-@pytest.mark.parametrize(
-    "name", ["mlmt", "fixed_feedback", "grpo", "score", "rl_guided_score", "value_shaping", "archer", "reinforce_kl"]
-)
-def test_compare_budget_composes_with_each_baseline(name, tmp_path):
-    """recipes/compare.sh: each baseline's script plus the shared budget is a valid config with that budget."""
-    import argparse
-
-    from agent_system.comparisons.compare import BASELINES, budget_overrides
-
-    script, _, stages, devices = BASELINES[name]
-    budget = argparse.Namespace(
-        train=None, steps=4, batch=2, max_prompt_tokens=1024, max_tokens=64, feedback_tokens=48, seed=0
-    )
-    env = {"GPUS": str(devices), "LL_GPUS": "1", "HL_GPUS": "1"}  # as compare.py runs it
-    overrides = _script_argv(f"../{script}", tmp_path, env) + budget_overrides(budget, tmp_path / name, stages)
-    config = compose_config(overrides)
-    check_config(config)
-    assert config.trainer.total_training_steps == 4 and config.data.train_batch_size == 2
-    assert config.data.train_files is None and config.data.max_response_length == 64  # the embedded task
-    assert list(config.mlmt.stages.schedule) == ([0, 3] if stages else [0])
-    assert config.mlmt.ll_gpus == 1  # one device per model
-
-
-def test_compare_per_baseline_overrides_name_the_bad_setting():
-    from agent_system.comparisons.compare import per_baseline_overrides
-
-    settings = ["archer:mlmt.archer.batch_size=4", "archer:mlmt.archer.updates_per_step=2", "grpo:data.seed=1"]
-    assert per_baseline_overrides(settings) == {
-        "archer": ["mlmt.archer.batch_size=4", "mlmt.archer.updates_per_step=2"],
-        "grpo": ["data.seed=1"],
-    }
-    for bad in ("archr:mlmt.archer.batch_size=4", "archer", "archer:mlmt.archer.batch_size"):
-        with pytest.raises(ValueError, match=re.escape(repr(bad))):
-            per_baseline_overrides([bad])
-
-
-def test_compare_refuses_one_step_for_the_staged_baselines(monkeypatch, capsys):
-    """One step cannot hold stage I and stage II: the schedule [0,1] never runs stage I (the trainer refuses it), so
-    the comparison stops before training anything, naming the baselines; without a staged one, one step is fine."""
-    from agent_system.comparisons import compare
-
-    monkeypatch.setattr(sys, "argv", ["compare", "--out", "unused", "--steps", "1", "--baselines", "grpo,score"])
-    with pytest.raises(SystemExit) as stopped:
-        compare.main()
-    assert stopped.value.code == 2 and "--steps 1: ['score']" in capsys.readouterr().err
-    monkeypatch.setattr(sys, "argv", ["compare", "--out", "unused", "--steps", "1", "--baselines", "grpo"])
-    monkeypatch.setattr(compare, "training_overlap", lambda args: None)
-    with pytest.raises(SystemExit) as stopped:  # passes the step check, stops at the missing evaluation data
-        compare.main()
-    assert "--eval-data" in capsys.readouterr().err
-
-
-def test_compare_rerun_keeps_the_training_minutes(tmp_path):
-    """A finished run is not retrained on a rerun; the table keeps the minutes measured when it trained (was 0.0)."""
-    import argparse
-
-    from agent_system.comparisons.compare import train, write_outputs
-
-    args = argparse.Namespace(steps=2, per_baseline={}, overrides=[], model="m", batch=2, eval_data="e.parquet")
-    for name, recorded in (("grpo", "3.25\n"), ("score", None)):
-        checkpoints = tmp_path / name / "checkpoints"
-        checkpoints.mkdir(parents=True)
-        (checkpoints / "latest_checkpointed_iteration.txt").write_text("2")
-        if recorded:
-            (tmp_path / name / "train_minutes.txt").write_text(recorded)
-    assert train(args, "grpo", tmp_path / "grpo") == 3.25
-    assert train(args, "score", tmp_path / "score") is None  # trained but never timed: shown as unknown, not as 0
-    metrics = dict.fromkeys(["greedy_acc@t1", "greedy_final_acc", "delta_t1_final", "i_to_c", "c_to_i"], 0.5)
-    metrics["solved_any_turn"] = 0.5
-    rows = [
-        {"baseline": "grpo", "mode": "single", "train_minutes": 3.25, "problems": 4, **metrics},
-        {"baseline": "score", "mode": "self_correct", "train_minutes": None, "problems": 4, **metrics},
-    ]
-    write_outputs(tmp_path, rows, args)
-    table = (tmp_path / "comparison.md").read_text()
-    assert "| grpo | single | 3.2 |" in table and "| score | self_correct | – |" in table
 
 
 @pytest.mark.parametrize("value_grad", ["stop", "full"])
