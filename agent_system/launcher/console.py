@@ -228,18 +228,36 @@ def step_line(step: int, total: int, metrics: dict[str, float], seconds: float) 
     return f"{head} | {' | '.join(parts)} | {seconds:.1f} s"
 
 
+def clock(seconds: float) -> str:
+    """``h:mm:ss``."""
+    whole = int(round(seconds))
+    return f"{whole // 3600}:{whole % 3600 // 60:02d}:{whole % 60:02d}"
+
+
+def progress(elapsed: float, steps_done: int, steps_left: int) -> str:
+    """``elapsed h:mm:ss, ETA h:mm:ss``: the steps left at the mean time per step this process has taken so far
+    (start-up before the first step not counted; validation and checkpoint steps included)."""
+    eta = elapsed / max(steps_done, 1) * steps_left
+    return f"elapsed {clock(elapsed)}, ETA {clock(eta)}"
+
+
 class ConsoleTracker:
-    """Wraps the trainer's tracker: every record is logged as before, and each step's also as one console line."""
+    """Wraps the trainer's tracker: every record is logged as before, and each step's also as one console line, with
+    the run's elapsed time and an ETA (:func:`progress`): a Slurm log has no progress bar (no terminal)."""
 
     def __init__(self, tracker: Any, total_steps: int) -> None:
         self.tracker, self.total_steps = tracker, total_steps
-        self.last = time.perf_counter()
+        self.started = self.last = time.perf_counter()
+        self.steps_timed = 0
 
     def log(self, data: dict, step: int, **kwargs: Any) -> None:
         self.tracker.log(data, step=step, **kwargs)
         now = time.perf_counter()
         line = step_line(step, self.total_steps, data, now - self.last)
         if line is not None:
+            if "train/acc@t1" in data:
+                self.steps_timed += 1
+                line += f" | {progress(now - self.started, self.steps_timed, self.total_steps - step)}"
             logger.info("%s", line)
             self.last = now
 

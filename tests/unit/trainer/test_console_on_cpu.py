@@ -38,6 +38,25 @@ def test_step_line_has_the_watched_metrics_and_skips_other_records():
     assert step_line(4, 10, {"resume/ll_logprob_max_abs_diff": 0.0}, 1.0) is None
 
 
+def test_each_step_line_has_the_elapsed_time_and_an_eta(monkeypatch, caplog):
+    """A Slurm log has no progress bar: each step's line ends in the elapsed time and the ETA at the mean step time so
+    far (was: the step's seconds only)."""
+    from agent_system.launcher import console
+
+    clock = iter([100.0, 130.0, 190.0, 200.0])  # start; step 3 after 30 s; step 4 after 60 s more; a non-step record
+    monkeypatch.setattr(console.time, "perf_counter", lambda: next(clock))
+    recorded = []
+    tracker = console.ConsoleTracker(SimpleNamespace(log=lambda data, step: recorded.append(step)), total_steps=10)
+    with caplog.at_level("INFO", logger=console.logger.name):
+        tracker.log({"train/acc@t1": 0.5}, step=3)  # a resumed run: steps 1-2 were another process's
+        tracker.log({"train/acc@t1": 0.5}, step=4)
+        tracker.log({"resume/ll_logprob_max_abs_diff": 0.0}, step=4)
+    lines = [r.getMessage() for r in caplog.records]
+    assert recorded == [3, 4, 4] and len(lines) == 2
+    assert lines[0].endswith("| 30.0 s | elapsed 0:00:30, ETA 0:03:30")  # 7 steps left at 30 s
+    assert lines[1].endswith("| 60.0 s | elapsed 0:01:30, ETA 0:04:30")  # 6 left at 45 s
+
+
 def test_accuracy_noise_verdict_is_two_binomial_standard_errors():
     wide = Accuracy("acc@t1", 0.25, 0.625, 16)
     se = math.sqrt(0.25 * 0.75 / 16 + 0.625 * 0.375 / 16)
