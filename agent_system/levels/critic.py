@@ -19,7 +19,7 @@ from verl import DataProto
 
 from agent_system import verl_compat as vc
 from agent_system.levels.balance import Balance
-from agent_system.levels.policy import flatten_metrics, for_ranks, mini_batch_size, to_padding_free
+from agent_system.levels.policy import flatten_metrics, for_ranks, mini_batch_size, padded_rows, to_padding_free
 
 
 class CriticGroup:
@@ -77,11 +77,12 @@ def update_data(batch: DataProto, config: Any, world_size: int, temperature: flo
     :class:`~agent_system.levels.balance.Balance` over the ranks (None on one rank).
 
     ``batch`` is padded with masked rows to a multiple of ``world_size``, put in the balanced row order of
-    :func:`policy.for_ranks` (as the actor's batches) and split by verl into mini-batches of
-    :func:`policy.mini_batch_size` rows (one optimizer step each, ``config.ppo_epochs`` passes).
+    :func:`policy.for_ranks` (as the actor's batches: each mini-batch mixing turns and lengths, shuffled with
+    ``config.data_loader_seed``) and split by verl into mini-batches of :func:`policy.mini_batch_size` rows (one
+    optimizer step each, ``config.ppo_epochs`` passes).
     """
-    batch, _, balance = for_ranks(batch, world_size)
-    size = mini_batch_size(len(batch), config.ppo_mini_batch_size, world_size)
+    size = mini_batch_size(padded_rows(len(batch), world_size), config.ppo_mini_batch_size, world_size)
+    batch, _, balance = for_ranks(batch, world_size, size, config.data_loader_seed)
     td = to_padding_free(
         batch,
         temperature=temperature,

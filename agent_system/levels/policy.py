@@ -11,8 +11,9 @@ A :class:`PolicyGroup` owns, for its level:
   them, is decided in :mod:`agent_system.levels.weight_sync`.
 
 With more than one data-parallel rank, every batch sent to the workers is put in a balanced row order first
-(:mod:`agent_system.levels.balance`): similar token counts per rank, and the same order for any permutation of the
-same rows; outputs come back in the caller's row order.
+(:mod:`agent_system.levels.balance`): similar token counts per rank, each optimizer step's rows mixing turns and
+lengths (a seeded stratified shuffle), and the same order for any permutation of the same rows; outputs come back in
+the caller's row order.
 
 All tensors cross this boundary as ``DataProto`` with left-padded prompts and right-padded responses
 (``input_ids`` (B, P+R), ``attention_mask`` (B, P+R), ``position_ids`` (B, P+R), ``responses`` (B, R),
@@ -263,12 +264,16 @@ class PolicyGroup:
         """One PPO/GRPO update over ``batch`` (needs ``old_log_probs`` and ``advantages``); returns metrics.
 
         The batch is padded to a multiple of the data-parallel size with masked rows (no loss, no gradient) and,
-        with more than one rank, balanced over the ranks (``rank_tokens_max`` / ``rank_tokens_min`` in the metrics).
+        with more than one rank, balanced over the ranks (``rank_tokens_max`` / ``rank_tokens_min`` in the metrics)
+        with every optimizer step's rows mixing turns and lengths, shuffled with ``actor.data_loader_seed``
+        (:mod:`agent_system.levels.balance`; ``actor.shuffle=true`` has verl reshuffle each rank's rows after that).
         """
         actor = self.config.actor
-        batch, _, balance = for_ranks(batch, self.world_size)
+        mini_batch = mini_batch_size(
+            padded_rows(len(batch), self.world_size), actor.ppo_mini_batch_size, self.world_size
+        )
+        batch, _, balance = for_ranks(batch, self.world_size, mini_batch, actor.data_loader_seed)
         batch.meta_info["multi_turn"] = False
-        mini_batch = mini_batch_size(len(batch), actor.ppo_mini_batch_size, self.world_size)
         td = self._to_tensordict(
             batch,
             calculate_entropy=actor.calculate_entropy or actor.entropy_coeff != 0.0,
@@ -337,13 +342,18 @@ def pad_to_multiple(batch: DataProto, divisor: int) -> tuple[DataProto, int]:
     return padded, pad
 
 
-def for_ranks(batch: DataProto, ranks: int) -> tuple[DataProto, torch.Tensor, Balance | None]:
+def for_ranks(
+    batch: DataProto, ranks: int, mini_batch: int | None = None, seed: int = 0
+) -> tuple[DataProto, torch.Tensor, Balance | None]:
     """``batch`` as sent to ``ranks`` data-parallel ranks, and where each input row's output is.
 
     Padded to a multiple of ``ranks`` (:func:`pad_to_multiple`); with more than one rank, the rows are first put in
     canonical order (so the padding copies the same rows whatever the input order), then in the balanced order of
-    :func:`agent_system.levels.balance.balanced_order`. Returns (the batch to send, ``rows``: an output of the sent
-    batch indexed by ``rows`` is in the input's row order, padding dropped; the :class:`Balance`, None on one rank).
+    :func:`agent_system.levels.balance.balanced_order`: each rank's rows dealt over the contiguous mini-batches of
+    ``mini_batch`` rows verl cuts for an update (None: one piece, a log-prob or value batch) so that each holds the
+    rank's turns (the batch's ``turn`` field, when it has one) in proportion and a spread of lengths, shuffled with
+    ``seed``. Returns (the batch to send, ``rows``: an output of the sent batch indexed by ``rows`` is in the input's
+    row order, padding dropped; the :class:`Balance`, None on one rank).
     """
     if ranks == 1:
         return batch, torch.arange(len(batch)), None
@@ -351,12 +361,20 @@ def for_ranks(batch: DataProto, ranks: int) -> tuple[DataProto, torch.Tensor, Ba
     ordered = batch.select_idxs(canonical)
     ordered.meta_info = dict(batch.meta_info)  # select_idxs shares the dict; the caller's must not change
     padded, _ = pad_to_multiple(ordered, ranks)
-    balance: Balance = balanced_order(*_row_content(padded), ranks)
+    pieces = len(padded) // mini_batch if mini_batch else 1
+    turns = padded.non_tensor_batch["turn"] if "turn" in padded.non_tensor_batch else None
+    strata = torch.as_tensor(turns.astype("int64")) if turns is not None else None
+    balance: Balance = balanced_order(*_row_content(padded), ranks, pieces=pieces, seed=seed, strata=strata)
     padded.reorder(balance.order)
     # input row canonical[p] sits at canonical position p, which the balanced order puts at balance.inverse()[p]
     rows = torch.empty(len(batch), dtype=torch.long)
     rows[canonical] = balance.inverse()[: len(batch)]
     return padded, rows, balance
+
+
+def padded_rows(rows: int, ranks: int) -> int:
+    """Rows of a batch of ``rows`` once :func:`for_ranks` pads it for ``ranks`` ranks."""
+    return -(-rows // ranks) * ranks
 
 
 def _row_content(batch: DataProto) -> tuple[torch.Tensor, list[torch.Tensor]]:

@@ -139,6 +139,107 @@ def test_one_rank_keeps_the_input_order():
     assert sent == [PROMPT_LENGTHS[i] + RESPONSE_LENGTHS[i] for i in (3, 1, 2, 0)]
 
 
+# ---------------------------------------------------------------- every optimizer step mixes turns (issue 41, item 5)
+
+TURN_ROWS = 24  # alternating turn 1 (an attempt: short) and turn 3 (a refinement, its prompt quotes the feedback: long)
+LONGEST_TURN_1 = 18  # tokens of the longest turn-1 row (prompt + response); every turn-3 row has at least 30
+
+
+def _turn_batch(order: list[int]):
+    """The solver's rows as ``build_level_batch`` makes them (``turn`` per row), in the given order of 24 rows."""
+    rng = random.Random(2)
+    turns = [1 if i % 2 == 0 else 3 for i in range(TURN_ROWS)]
+    sizes = [
+        (rng.randint(6, 12), rng.randint(2, 6)) if t == 1 else (rng.randint(24, 40), rng.randint(6, 12)) for t in turns
+    ]
+    prompts = [[rng.randrange(5, 500) for _ in range(p)] for p, _ in sizes]
+    responses = [[rng.randrange(5, 500) for _ in range(r)] for _, r in sizes]
+    batch = build_rows(
+        [prompts[i] for i in order], [responses[i] for i in order], 0, None, {"turn": [turns[i] for i in order]}
+    )
+    mask = batch.batch["response_mask"].float()
+    batch.batch["old_log_probs"] = -mask
+    batch.batch["advantages"] = torch.tensor([float(i) - 11.5 for i in order])[:, None] * mask
+    batch.batch["values"] = 0.1 * mask
+    batch.batch["returns"] = batch.batch["advantages"]
+    return batch
+
+
+def _steps(td, ranks: int, mini_batch: int) -> list[list[list[int]]]:
+    """Tokens per row of each optimizer step of each rank: verl's split of the batch over the ranks, then its
+    mini-batch iterator over each rank's rows (``shuffle=false``, as the level's workers cut them)."""
+    steps = []
+    for chunk in vc.tensordict_utils.chunk_tensordict(td, ranks):
+        pieces = vc.tensordict_utils.make_iterator(
+            chunk, mini_batch_size=mini_batch // ranks, epochs=1, seed=0, dataloader_kwargs={"shuffle": False}
+        )
+        steps.append([piece["input_ids"].offsets().diff().tolist() for piece in pieces])
+    return steps
+
+
+def _assert_turns_in_proportion(steps: list[list[list[int]]]) -> None:
+    """Every mini-batch of a rank holds its rank's turn-1 rows in proportion (within one row) and rows of both turns."""
+    for rank in steps:
+        share = sum(len(piece) for piece in rank)
+        turn_1 = sum(n <= LONGEST_TURN_1 for piece in rank for n in piece)
+        for piece in rank:
+            count = sum(n <= LONGEST_TURN_1 for n in piece)
+            assert abs(count - turn_1 * len(piece) / share) < 1 and 0 < count < len(piece), (rank, steps)
+
+
+@pytest.mark.parametrize("pieces", [2, 3, 6])
+@pytest.mark.parametrize("by_turn", [True, False])  # False: no turn field, length alone spreads the rows
+def test_every_mini_batch_of_a_rank_holds_both_turns_in_proportion(pieces, by_turn):
+    turns = torch.tensor([1 if i % 2 == 0 else 3 for i in range(TURN_ROWS)])
+    lengths = torch.where(turns == 1, torch.arange(TURN_ROWS) % 7 + 10, torch.arange(TURN_ROWS) % 11 + 40)
+    ids = torch.arange(TURN_ROWS)[:, None]  # distinct rows
+    balance = balanced_order(lengths, [ids], ranks=2, pieces=pieces, seed=0, strata=turns if by_turn else None)
+    order = balance.order.tolist()
+    assert sorted(order) == list(range(TURN_ROWS))
+    half = TURN_ROWS // 2
+    for share in (order[:half], order[half:]):
+        turn_1 = sum(turns[r] == 1 for r in share)
+        for piece in torch.tensor(share).chunk(pieces):
+            count = int((turns[piece] == 1).sum())
+            assert abs(count - turn_1 / pieces) < 1, (pieces, order)  # canonical order (before): 6 and 0 of 6
+    tokens = [int(lengths[order[:half]].sum()), int(lengths[order[half:]].sum())]
+    assert tokens == balance.rank_tokens and max(tokens) - min(tokens) <= int(lengths.max()), tokens
+    permuted = list(range(TURN_ROWS))
+    random.Random(4).shuffle(permuted)  # input row permuted[i] at position i
+    again = balanced_order(
+        lengths[permuted], [ids[permuted]], ranks=2, pieces=pieces, seed=0, strata=turns[permuted] if by_turn else None
+    )
+    assert [permuted[i] for i in again.order.tolist()] == order
+    other_seed = balanced_order(lengths, [ids], ranks=2, pieces=pieces, seed=1, strata=turns if by_turn else None)
+    assert other_seed.order.tolist() != order and other_seed.rank_tokens == balance.rank_tokens
+
+
+def test_each_optimizer_step_of_an_update_mixes_the_turns():
+    group = _group(world_size=2)
+    group.config.actor.ppo_mini_batch_size = 8  # 24 rows on 2 ranks: 3 optimizer steps of 4 rows per rank
+    group.update_actor(_turn_batch(list(range(TURN_ROWS))))
+    steps = _steps(group.worker_group.sent[-1], ranks=2, mini_batch=8)
+    assert [len(rank) for rank in steps] == [3, 3]
+    _assert_turns_in_proportion(steps)  # canonical order (before): turn-1 rows per step 4, 2, 0 on each rank
+    for step in zip(*steps, strict=True):  # one optimizer step: the rows of every rank
+        turn_1 = sum(n <= LONGEST_TURN_1 for rows in step for n in rows)
+        assert abs(turn_1 - 4) <= 1, steps  # 12 turn-1 rows of 24, 8 rows per step
+    permuted = list(range(TURN_ROWS))
+    random.Random(5).shuffle(permuted)
+    group.update_actor(_turn_batch(permuted))
+    first, second = (_content(td) for td in group.worker_group.sent)
+    for key in first:
+        assert torch.equal(first[key], second[key]), key
+
+
+def test_each_critic_optimizer_step_mixes_the_turns(critic_view):
+    critic = _critic(critic_view, world_size=2)  # critic.ppo_mini_batch_size=4: 6 steps of 2 rows per rank
+    critic.update(_turn_batch(list(range(TURN_ROWS))))
+    steps = _steps(critic.worker_group.sent[-1], ranks=2, mini_batch=4)
+    assert [len(rank) for rank in steps] == [6, 6]
+    _assert_turns_in_proportion(steps)
+
+
 # ---------------------------------------------------------------- the critic's batches (issue 33, item 6)
 
 
