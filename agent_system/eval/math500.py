@@ -490,7 +490,7 @@ DEFAULT_FEEDBACK_TOKENS = 512
 def trained_feedback_tokens(hl: str | None) -> int | None:
     """The feedback budget per turn the feedback writer ``hl`` was trained with, when it is an export
     (``agent_system.launcher.export``) that records it beside its levels; else None."""
-    from agent_system.launcher.export import TOKEN_BUDGETS
+    from agent_system.models import TOKEN_BUDGETS
 
     if not hl:
         return None

@@ -23,6 +23,7 @@ import logging
 import shutil
 from pathlib import Path
 
+from agent_system.models import TOKEN_BUDGETS
 from agent_system.trainer import state as st
 
 logger = logging.getLogger(__name__)
@@ -68,9 +69,6 @@ def export_checkpoint(
         raise FileNotFoundError(f"{source} holds neither an ll nor an hl checkpoint")
     write_token_budgets(Path(run_dir), target)
     return written
-
-
-TOKEN_BUDGETS = "token_budgets.json"  # beside the exported levels: what the run trained with, per turn
 
 
 def write_token_budgets(run_dir: Path, target: Path) -> None:

@@ -11,7 +11,8 @@ import argparse
 import json
 
 from agent_system.eval import math500
-from agent_system.launcher.export import TOKEN_BUDGETS, write_token_budgets
+from agent_system.launcher.export import write_token_budgets
+from agent_system.models import TOKEN_BUDGETS
 
 
 def _plan(run_dir, levels):
