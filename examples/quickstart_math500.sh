@@ -7,8 +7,11 @@
 # Needs data/ from examples/data_preprocess/prepare_all.sh. On CPU this is slow with real models: it is the shape of a
 # GPU run (set the model paths to e.g. Llama-3.2-1B-Instruct folders and trainer.n_gpus_per_node). The prompt budget is
 # stated because the CPU overlay's 768 tokens cannot hold MATH's longest problems (start-up checks it).
-set -xeuo pipefail
-python -m verl.trainer.main_mlmt \
+# The interpreter: MLMT_PYTHON, else the repository's .venv/bin/python (scripts/lib/python.sh).
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib/python.sh"
+set -x
+"$MLMT_PYTHON" -m verl.trainer.main_mlmt \
     data.train_files=data/math/train.parquet \
     data.val_files=data/math/val.parquet \
     data.max_prompt_length=4096 data.max_response_length=1024 hl.rollout.response_length=512 \

@@ -10,11 +10,12 @@
 #   LOGGER='[console,tensorboard,wandb]'   verl's Tracking backends (W&B reads WANDB_API_KEY from the environment)
 #   KEEP_CKPTS=2       checkpoints kept (trainer.max_actor_ckpt_to_keep; null: all): a 1.5B + 7B full fine-tuning
 #                      save is ~110 GB
-#   MLMT_PYTHON=python the interpreter that runs `-m verl.trainer.main_mlmt` (the Slurm script sets it)
+#   MLMT_PYTHON=...    the interpreter that runs `-m verl.trainer.main_mlmt` (default: the repository's
+#                      .venv/bin/python, wherever the script is run from; scripts/lib/python.sh)
 #
 # Every script ends its command with "$@", so command-line overrides (and Hydra flags such as `--cfg job`) win.
 
-MLMT_PYTHON=${MLMT_PYTHON:-python}
+source "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib/python.sh"  # MLMT_PYTHON, or one line naming what is missing
 MODEL=${MODEL:-meta-llama/Llama-3.2-1B-Instruct}
 LL_MODEL=${LL_MODEL:-$MODEL}
 HL_MODEL=${HL_MODEL:-$MODEL}

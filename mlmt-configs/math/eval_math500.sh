@@ -40,7 +40,8 @@
 # Results in --out: records.jsonl (per problem, sample and answer: extracted answer, outcome, lenient verdict),
 # config.json, summary.json, summary.md. With --matrix, --out (default eval/matrix) holds pairs/<ll>__<hl>/ (each
 # such a folder; a rerun reuses them) and the table of every pair (final accuracy, Δ(t1, final), i→c, c→i, leak
-# rate): matrix.md, matrix.json, matrix.png (a heat map). MLMT_PYTHON picks the interpreter.
+# rate): matrix.md, matrix.json, matrix.png (a heat map). The interpreter: MLMT_PYTHON, else the repository's
+# .venv/bin/python (scripts/lib/python.sh).
 set -euo pipefail
 
 module=math500
@@ -71,4 +72,5 @@ defaults=()
 [[ " $* " == *" --data "* ]] || defaults+=(--data "${DATA_DIR:-data}/math500/test.parquet")
 [[ " $* " == *" --out "* ]] || defaults+=(--out "eval/${name#._}")
 
-exec "${MLMT_PYTHON:-python}" -m "agent_system.eval.$module" "${model_args[@]}" "${defaults[@]}" "$@"
+source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib/python.sh"
+exec "$MLMT_PYTHON" -m "agent_system.eval.$module" "${model_args[@]}" "${defaults[@]}" "$@"

@@ -13,7 +13,7 @@
 # (the parquet goes to $DATA_DIR/custom_yaml/<task>.parquet), MODEL / LL_MODEL / HL_MODEL, LL_GPUS / HL_GPUS, LOGGER,
 # MLMT_PYTHON. W&B project mlmt_custom_yaml, experiment = the task's name; outputs in
 # outputs/mlmt_custom_yaml/<task> (a rerun resumes).
-set -xeuo pipefail
+set -euo pipefail
 HERE="$(dirname "${BASH_SOURCE[0]}")"
 TASK=${TASK:-$HERE/arith_words.yaml}
 VAL_TASK=${VAL_TASK:-$TASK}
@@ -22,6 +22,7 @@ DATA_DIR=${DATA_DIR:-data}
 TRAIN_FILES=$DATA_DIR/custom_yaml/$NAME.parquet
 VAL_FILES=$DATA_DIR/custom_yaml/$(basename "${VAL_TASK%.*}").val.parquet
 source "$HERE/../../mlmt-configs/experiment_common.sh"
+set -x
 
 "$MLMT_PYTHON" -m agent_system.data.preprocess --dataset yaml --input "$TASK" --output "$TRAIN_FILES"
 "$MLMT_PYTHON" -m agent_system.data.preprocess --dataset yaml --input "$VAL_TASK" --split test --output "$VAL_FILES"

