@@ -56,7 +56,7 @@ from dataclasses import dataclass
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from agent_system import methods
-from agent_system.config import CRITIC_TREES, ConfigError, has_hl
+from agent_system.config import CRITIC_TREES, ConfigError, has_hl, level_view
 from agent_system.launcher.memory_estimate import MemoryPlan, device_memory_setting, padded_budgets
 from agent_system.trainer.advantages import critic_levels
 
@@ -333,14 +333,21 @@ def attention_fallback(config: DictConfig, on_gpu: bool, flash_attn: bool) -> li
 
 def lower_padded_budgets(config: DictConfig, memory: MemoryPlan) -> list[str]:
     """Set the token budgets :func:`~agent_system.launcher.memory_estimate.padded_budgets` lowers (a log-prob budget
-    also caps the level's reference, which runs the same pass); returns the ``key=value`` settings made."""
+    also caps the level's reference, which runs the same pass); returns the ``key=value`` settings made.
+
+    Each key's value is read as the level's workers receive it, in its view (:func:`~agent_system.config.level_view`):
+    verl's default ``<tree>.ref.log_prob_max_token_len_per_gpu`` interpolates
+    ``actor_rollout_ref.actor.ppo_max_token_len_per_gpu``, the LL's in the full config, the level's own in its view.
+    """
     changed = []
     for key, budget in padded_budgets(memory).items():
         keys = [key]
         if key.endswith(".rollout.log_prob_max_token_len_per_gpu"):
             keys.append(key.replace(".rollout.", ".ref."))
         for name in keys:
-            if (OmegaConf.select(config, name, default=None) or 0) > budget:
+            tree, path = name.split(".", 1)
+            view = level_view(config, "hl" if tree == "hl" else "ll")  # made again: a key set before may change it
+            if (OmegaConf.select(view.actor_rollout_ref, path, default=None) or 0) > budget:
                 OmegaConf.update(config, name, budget, merge=False)
                 changed.append(f"{name}={budget}")
     return changed

@@ -1,7 +1,8 @@
 """Per-device GPU memory estimate of a run, from the models' ``config.json`` and the run's config (GPU issue, item 9).
 
 For each level (and the lagged snapshot of the contrastive HL reward, on its own devices) the estimate gives what one
-device holds, in bytes, as verl 0.9.1's FSDP engine and vLLM place it:
+device holds, in bytes, as verl 0.9.1's FSDP engine and vLLM place it, from the level's own settings as its workers
+receive them (:func:`level_memory`):
 
 * **actor**: parameters in ``<tree>.actor.fsdp_config.model_dtype`` (verl loads a trained model in fp32 when unset),
   gradients in the same dtype (FSDP reduces in ``mixed_precision.reduce_dtype`` but keeps the sharded gradient in the
@@ -56,7 +57,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from agent_system.config import CRITIC_TREES, POLICY_TREES, ConfigError, frozen_levels, has_hl
+from agent_system.config import CRITIC_TREES, POLICY_TREES, ConfigError, frozen_levels, has_hl, level_view
 from agent_system.trainer.advantages import critic_levels
 
 GIB = 2**30
@@ -477,9 +478,16 @@ def level_memory(
     critic: bool,
     frozen: bool,
 ) -> LevelMemory:
-    """The :class:`LevelMemory` of ``level`` (``ll``, ``hl``, or ``snapshot``: the LL's model, never updated)."""
+    """The :class:`LevelMemory` of ``level`` (``ll``, ``hl``, or ``snapshot``: the LL's model, never updated).
+
+    Its settings are read from the level's view (:func:`~agent_system.config.level_view`), the config its workers
+    receive: verl's defaults interpolate ``actor_rollout_ref.*`` (``rollout.log_prob_max_token_len_per_gpu`` is
+    ``${oc.select:actor_rollout_ref.actor.ppo_max_token_len_per_gpu,16384}``), which is the LL's tree in the full
+    config and the level's own in its view. Keys are named as the full config names them (``hl.…``).
+    """
     tree_name = POLICY_TREES["ll" if level == "snapshot" else level]
-    tree = config[tree_name]
+    view = level_view(config, "ll" if level == "snapshot" else level)
+    tree = view.actor_rollout_ref
     shape = read_shape(tree.model.path, f"{tree_name}.model.path")
     ranks = level_ranks(config, level)
     trainable = trainable_parameters(tree.model, shape, f"{tree_name}.model")
@@ -497,9 +505,9 @@ def level_memory(
     critic_name, critic_parameters, critic_state = "", 0, None
     if critic:
         critic_name = CRITIC_TREES[level]
-        critic_shape = read_shape(config[critic_name].model.path, f"{critic_name}.model.path")
+        critic_shape = read_shape(view.critic.model.path, f"{critic_name}.model.path")
         critic_parameters = critic_shape.critic_parameters
-        critic_state = _trained_state(config[critic_name].fsdp, f"{critic_name}.fsdp", critic_parameters, ranks,
+        critic_state = _trained_state(view.critic.fsdp, f"{critic_name}.fsdp", critic_parameters, ranks,
                                       trains=True)  # fmt: skip
         actor["keys"] += critic_state["keys"]
     rollout = tree.rollout
@@ -510,18 +518,16 @@ def level_memory(
             f"{tree_name}.actor.fsdp_config.mixed_precision.param_dtype",
         )
         packed, chunked = bool(tree.model.use_remove_padding), bool(tree.actor.entropy_from_logits_with_chunking)
-        passes = [("log_prob", f"{tree_name}.rollout.log_prob_max_token_len_per_gpu", True)]
+        passes = [("log_prob", "rollout.log_prob_max_token_len_per_gpu", True)]
         if not frozen:
             entropy = bool(tree.actor.get("calculate_entropy", False)) or float(tree.actor.entropy_coeff) != 0
-            passes.append(("update", f"{tree_name}.actor.ppo_max_token_len_per_gpu", entropy))
+            passes.append(("update", "actor.ppo_max_token_len_per_gpu", entropy))
         response = config.data.max_response_length if level == "ll" else rollout.response_length
         longest = int(config.data.max_prompt_length + response)
-        logits = [
-            logits_peak(
-                name, key, int(OmegaConf.select(config, key)), packed, shape.vocab, element, entropy, chunked, longest
-            )  # fmt: skip
-            for name, key, entropy in passes
-        ]
+        for name, path, entropy in passes:
+            budget = int(OmegaConf.select(tree, path))  # the level's own (docstring)
+            key = f"{tree_name}.{path}"
+            logits.append(logits_peak(name, key, budget, packed, shape.vocab, element, entropy, chunked, longest))
     tensor_parallel = int(rollout.tensor_model_parallel_size)
     weights = dtype_bytes(rollout.dtype, f"{tree_name}.rollout.dtype") * shape.parameters // tensor_parallel
     kv_dtype = OmegaConf.select(rollout, "engine_kwargs.vllm.kv_cache_dtype", default=None)

@@ -44,13 +44,27 @@ def resolve_model_path(path: str, key: str) -> str:
             f"{key}={path}: no such folder. Point it at a Hugging Face model folder, or use "
             f"{key}={EMBEDDED} for the embedded SmolLM2-135M-Instruct"
         )
-    try:
-        from huggingface_hub import snapshot_download
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import GatedRepoError
 
+    try:
         return snapshot_download(path, local_files_only=_offline())
-    except Exception as error:  # noqa: BLE001 - every hub failure gets the same actionable message
+    except GatedRepoError:
+        raise ModelPathError(gated_message(path, key)) from None
+    except Exception as error:  # noqa: BLE001 - every other hub failure gets the same actionable message
         raise ModelPathError(
             f"{key}={path} looks like a Hugging Face hub name, but it is not in the local cache and the hub could "
             f"not be reached ({type(error).__name__}). Download it on a machine with access "
-            f"(`huggingface-cli download {path} --local-dir DIR`) and set {key}=DIR, or use {key}={EMBEDDED}"
+            f"(`hf download {path} --local-dir DIR`) and set {key}=DIR, or use {key}={EMBEDDED}"
         ) from None
+
+
+def gated_message(path: str, key: str) -> str:
+    """What to do when the hub refuses ``path`` because it is gated (the scripts' default,
+    meta-llama/Llama-3.2-1B-Instruct, is): accept its licence, then give the hub a token of the account that did."""
+    return (
+        f"{key}={path} is a gated Hugging Face repository: accept its licence on https://huggingface.co/{path} (logged "
+        "in to the hub), then set HF_TOKEN to a read token of that account (or log in with `hf auth login`) and "
+        "rerun; with a token set already, its account has not been granted access yet. Or download it where that "
+        f"works (`hf download {path} --local-dir DIR`) and set {key}=DIR, or use {key}={EMBEDDED}"
+    )

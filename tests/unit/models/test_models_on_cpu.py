@@ -41,4 +41,32 @@ def test_hub_name_offline_and_not_cached_raises(monkeypatch, tmp_path):
     message = str(error.value)
     assert "hl.model.path=someorg/somemodel-mlmt-test" in message
     assert "hub" in message
-    assert "huggingface-cli download someorg/somemodel-mlmt-test" in message
+    assert "hf download someorg/somemodel-mlmt-test" in message
+
+
+def test_a_gated_hub_repository_says_accept_the_licence_and_set_hf_token(monkeypatch, tmp_path):
+    """The scripts' default model is gated: the hub's refusal, raised as huggingface_hub raises it (a 403 whose
+    X-Error-Code is GatedRepo, through ``hf_raise_for_status``), names the licence, HF_TOKEN, the key and the repo."""
+    import httpx
+    import huggingface_hub
+    from huggingface_hub.errors import GatedRepoError
+    from huggingface_hub.utils import hf_raise_for_status
+
+    repo = "meta-llama/Llama-3.2-1B-Instruct"
+    url = f"https://huggingface.co/api/models/{repo}/revision/main"
+    refusal = httpx.Response(403, headers={"X-Error-Code": "GatedRepo"}, request=httpx.Request("GET", url))
+
+    def snapshot_download(repo_id, **kwargs):
+        hf_raise_for_status(refusal)  # what snapshot_download re-raises for a gated repository
+
+    with pytest.raises(GatedRepoError):
+        snapshot_download(repo)
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", snapshot_download)
+    monkeypatch.chdir(tmp_path)  # so the name is not a local folder
+    with pytest.raises(ModelPathError) as error:
+        resolve_model_path(repo, KEY)
+    message = str(error.value)
+    assert f"{KEY}={repo} is a gated Hugging Face repository" in message
+    assert f"accept its licence on https://huggingface.co/{repo}" in message
+    assert "set HF_TOKEN" in message and "hf auth login" in message
+    assert "could not be reached" not in message

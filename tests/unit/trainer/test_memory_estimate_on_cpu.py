@@ -11,7 +11,7 @@ import yaml
 from config_copies import copier
 from omegaconf import OmegaConf
 
-from agent_system.config import ConfigError, compose_config
+from agent_system.config import ConfigError, compose_config, level_view
 from agent_system.launcher.gpu_checks import attention_fallback, lower_padded_budgets
 from agent_system.launcher.memory_estimate import (
     ALLOW_KEY,
@@ -332,6 +332,50 @@ def test_without_flash_attn_the_padded_budgets_are_lowered_to_what_fits_or_refus
     assert [key.split(".", 1)[1] for key in padded_budgets(small)] == ["rollout.log_prob_max_token_len_per_gpu"] * 2
     with pytest.raises(ConfigError, match="install flash-attn"):
         refuse_overcommit(small, allowed=False)
+
+
+# verl's default of both log-prob budgets (rollout and reference) of a tree: its actor's update budget, named by the
+# path it has in the workers' config, where the tree is actor_rollout_ref
+VERL_LOG_PROB_BUDGET = "${oc.select:actor_rollout_ref.actor.ppo_max_token_len_per_gpu,16384}"
+
+
+def test_each_level_s_budgets_are_its_own_when_the_levels_differ(base, tmp_path):
+    """The HL's log-prob budgets interpolate ``actor_rollout_ref.actor.ppo_max_token_len_per_gpu``: the LL's key in
+    the full config, the HL's own in the view its workers get. The plan and the lowering read that view."""
+    log_prob = [f"{tree}.{role}.log_prob_max_token_len_per_gpu={VERL_LOG_PROB_BUDGET}"
+                for tree in ("actor_rollout_ref", "hl") for role in ("rollout", "ref")]  # fmt: skip
+    shares = [f"{tree}.rollout.gpu_memory_utilization=0.4" for tree in ("actor_rollout_ref", "hl")]  # generation fits
+    overrides = ["mlmt.ll_gpus=1", "mlmt.hl_gpus=1", "trainer.n_gpus_per_node=2", *log_prob, *shares,
+                 "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=8192"]  # the HL's stays 16,384  # fmt: skip
+    config = _config(base, tmp_path, overrides, LLAMA_3B, LLAMA_3B)
+    assert config.hl.rollout.log_prob_max_token_len_per_gpu == 8192  # the full config resolves it through the LL
+    levels = _plan(config).levels
+    budgets = {level: {peak.key: peak.budget for peak in memory.logits} for level, memory in levels.items()}
+    assert budgets == {
+        "ll": {"actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu": 8192,
+               "actor_rollout_ref.actor.ppo_max_token_len_per_gpu": 8192},
+        "hl": {"hl.rollout.log_prob_max_token_len_per_gpu": 16384, "hl.actor.ppo_max_token_len_per_gpu": 16384},
+    }  # fmt: skip
+
+    attention_fallback(config, on_gpu=True, flash_attn=False)  # padded passes, on 70 GiB devices
+    plan = _plan(config, device=70 * GIB)
+    hl_log_prob = {phase.name: phase for phase in plan.sums[1].phases}["HL log-prob pass"]
+    per_token = VOCAB * (3 + 2) * 2  # padded log-prob pass: logits copies and the unchunked entropy, bf16
+    # the HL's own 16,384-token budget (2 × as many padded tokens) beside its parameters and AdamW moments
+    assert hl_log_prob.total == 12 * P3B + 2 * 16384 * per_token > 70 * GIB
+    log_prob_budget = (70 * GIB - 12 * P3B) // (2 * per_token)
+    update_budget = (70 * GIB - 16 * P3B) // (2 * VOCAB * (5 + 2) * 2)
+    assert (log_prob_budget, update_budget) == (14271, 6615)
+    assert lower_padded_budgets(config, plan) == [
+        f"actor_rollout_ref.actor.ppo_max_token_len_per_gpu={update_budget}",
+        f"hl.rollout.log_prob_max_token_len_per_gpu={log_prob_budget}",
+        f"hl.ref.log_prob_max_token_len_per_gpu={log_prob_budget}",  # read as the HL's 16,384, not the LL's 8,192
+        f"hl.actor.ppo_max_token_len_per_gpu={update_budget}",
+    ]
+    hl = level_view(config, "hl").actor_rollout_ref
+    assert (hl.rollout.log_prob_max_token_len_per_gpu, hl.ref.log_prob_max_token_len_per_gpu) == (14271, 14271)
+    assert config.actor_rollout_ref.ref.log_prob_max_token_len_per_gpu == update_budget  # the LL's follows its actor
+    assert all(group.fits for group in _plan(config, device=70 * GIB).sums)
 
 
 def test_start_up_refuses_an_overflow_under_plan_only_after_writing_the_plan_and_never_stops_a_cpu_run(tmp_path):
