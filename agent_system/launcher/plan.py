@@ -27,7 +27,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from agent_system import methods
-from agent_system.config import CRITIC_TREES, POLICY_TREES, ConfigError, frozen_levels
+from agent_system.config import CRITIC_TREES, POLICY_TREES, ConfigError, frozen_levels, level_view
 from agent_system.launcher.gpu_checks import idle_devices_notice, visible_gpus
 from agent_system.launcher.memory_estimate import (
     MemoryPlan,
@@ -321,11 +321,13 @@ def mini_batch_cuts(config: DictConfig) -> list[MiniBatchCut]:
             continue
         world = level_world_size(config, level)
         rows = -(-level_rows(config, level) // world) * world  # padded to the data-parallel size
-        keys = [f"{POLICY_TREES[level]}.actor.ppo_mini_batch_size"]
+        # read in the level's own view (as its workers get it): the HL critic's default names actor_rollout_ref
+        view = level_view(config, level)
+        keys = {f"{POLICY_TREES[level]}.actor.ppo_mini_batch_size": "actor_rollout_ref.actor.ppo_mini_batch_size"}
         if critic_name(config, level) == CRITIC_TREES[level]:
-            keys.append(f"{CRITIC_TREES[level]}.ppo_mini_batch_size")
-        for key in keys:
-            setting = int(OmegaConf.select(config, key))
+            keys[f"{CRITIC_TREES[level]}.ppo_mini_batch_size"] = "critic.ppo_mini_batch_size"
+        for key, in_view in keys.items():
+            setting = int(OmegaConf.select(view, in_view))
             size = mini_batch_size(rows, setting, world)
             if size < min(setting, rows):
                 found.append(MiniBatchCut(key, setting, size, rows, world))

@@ -265,3 +265,16 @@ def test_plan_only_prints_the_plan_and_exits_without_ray(tmp_path):
     memory = read_plan(out)["memory"]  # the embedded SmolLM2-135M on an 80 GiB device (the given size)
     assert memory["device"] == 80 * 2**30 and memory["levels"]["ll"]["parameters"] == 134_515_008
     assert "## GPU memory per device" in log and "80.00 GiB (mlmt.plan_device_gib=80)" in log
+
+
+def test_a_critic_s_mini_batch_cut_is_read_from_its_own_level():
+    """The HL critic's ppo_mini_batch_size defaults to its level's actor's, which in the full config names the LL's
+    (actor_rollout_ref): read in the HL's own view, its 40 rows at 32 are cut to 20 (was: read as the LL's 64, no
+    cut reported)."""
+    from agent_system.launcher.plan import mini_batch_cuts
+
+    overrides = ["mlmt.n=4", "mlmt.m=1", "mlmt.hl.adv_estimator=gae", "mlmt.ll.adv_estimator=reinforce"]
+    overrides += ["actor_rollout_ref.actor.ppo_mini_batch_size=64", "hl.actor.ppo_mini_batch_size=32"]
+    cuts = {cut.key: cut for cut in mini_batch_cuts(compose_config([*overrides, "data.train_batch_size=10"]))}
+    critic = cuts["hl_critic.ppo_mini_batch_size"]
+    assert (critic.setting, critic.size, critic.rows) == (32, 20, 40)
