@@ -78,6 +78,7 @@ class LevelPlan:
     frozen: bool
     parameters: int | None  # of the model, from its config.json (None: not counted, see tuning)
     trainable_parameters: int | None  # updated by its optimizer: all, a LoRA adapter's, 0 when frozen
+    estimator: str  # mlmt.<level>.adv_estimator (a method's or a plug-in's)
     tuning: str  # "full fine-tuning", the LoRA settings, or why the parameters are not counted
     update_steps: list[int]
     updates: int
@@ -126,6 +127,7 @@ class RunPlan:
     notices: list[str] = field(default_factory=list)
     memory: MemoryPlan | None = None  # per-device GPU memory estimate
     memory_unavailable: str = ""  # why there is none (a model folder without config.json)
+    plugins: list[str] = field(default_factory=list)  # mlmt.plugins: modules imported for their registrations
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -410,6 +412,7 @@ def build_plan(config: DictConfig, train_rows: int, val_rows: int | None) -> Run
             frozen=frozen[level],
             parameters=parameters,
             trainable_parameters=trainable,
+            estimator=str(mlmt[level].adv_estimator),
             tuning=tuning,
             update_steps=steps[level],
             updates=count,
@@ -477,6 +480,7 @@ def build_plan(config: DictConfig, train_rows: int, val_rows: int | None) -> Run
         notices=notices + (memory.notices if memory else []),
         memory=memory,
         memory_unavailable=memory_unavailable,
+        plugins=methods.plugin_names(config),
     )
 
 
@@ -509,12 +513,14 @@ def render_markdown(plan: RunPlan) -> str:
         f"- validations at steps: {compress_steps(plan.validation_steps)}"
         + (f" ({plan.samples_per_validation} generations each)" if plan.validation_steps else ""),
         f"- generations per training step: {plan.samples_per_step}",
+        f"- plug-ins (mlmt.plugins): {', '.join(plan.plugins) or 'none'}",
         "",
     ]
     for level in plan.levels.values():
         lines += [
             f"## {level.level.upper()} ({level.model}){' — FROZEN' if level.frozen else ''}",
             f"- updated on {level.updates} steps: {level.update_steps_text}",
+            f"- estimator: {level.estimator} (mlmt.{level.level}.adv_estimator)",
             f"- trainable parameters: {_trainable_text(level)}",
             f"- lr: {_lr_text(level.lr)}",
             f"- reference: {level.reference}",

@@ -29,12 +29,27 @@ def import_all(config=None) -> list[ModuleType]:
     """Import every method package, then each module of ``mlmt.plugins`` (registering their estimators and rewards);
     returns the modules, method packages by name first."""
     modules = [importlib.import_module(f"{__name__}.{info.name}") for info in sorted(pkgutil.iter_modules(__path__))]
-    for name in [] if config is None else list(config.mlmt.plugins):
+    for name in [] if config is None else plugin_names(config):
         try:
             modules.append(importlib.import_module(name))
         except ImportError as error:
             raise ConfigError(f"mlmt.plugins: cannot import {name!r} ({error}); is it on PYTHONPATH?") from error
     return modules
+
+
+def plugin_names(config) -> list[str]:
+    """The modules of ``mlmt.plugins``: a list, or one module name given without brackets (``mlmt.plugins=my.mod``,
+    which used to be read letter by letter: "cannot import 'm'").
+
+    Raises:
+        ConfigError: ``mlmt.plugins`` is neither a list nor a module name.
+    """
+    plugins = config.mlmt.plugins
+    if isinstance(plugins, str):
+        return [plugins]
+    if plugins is None or not all(isinstance(name, str) for name in plugins):
+        raise ConfigError(f"mlmt.plugins={plugins!r}: give module names, e.g. mlmt.plugins=[my_pkg.my_estimators]")
+    return list(plugins)
 
 
 def _hooks(config, name: str) -> list:

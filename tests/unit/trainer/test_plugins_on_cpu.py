@@ -114,3 +114,28 @@ def test_the_plugins_estimator_check_critic_paths_and_loss_act(plugin):
     rewards, values, mask = torch.tensor([[0.0, 1.0]]), torch.tensor([[0.25, 0.5]]), torch.ones(1, 2)
     advantages, returns = adv.compute_advantages("centred_by_critic", rewards, mask, None, None, values)
     assert torch.equal(advantages, torch.tensor([[-0.25, 0.5]])) and torch.equal(returns, rewards)
+
+
+def test_one_plugin_module_may_be_given_without_brackets(plugin):
+    """mlmt.plugins=my.mod is that module (was: read letter by letter, "cannot import 'p'"); a value that is not a
+    module name is refused by name."""
+    config = _config(f"mlmt.plugins={plugin}", "mlmt.n=3")
+    assert methods.plugin_names(config) == [plugin]
+    check_config(config)
+    assert "centred_by_critic" in adv.estimator_names()
+    with pytest.raises(ConfigError, match=r"mlmt.plugins=.*give module names"):
+        methods.plugin_names(compose_config(["mlmt.plugins=[1,2]"]))
+
+
+def test_the_plan_names_each_level_s_estimator_and_the_plugins(plugin):
+    from agent_system.launcher.main import set_schedule_horizon
+    from agent_system.launcher.plan import build_plan, render_markdown
+
+    config = _config(f"mlmt.plugins=[{plugin}]", "mlmt.n=3", "mlmt.hl.adv_estimator=reinforce")
+    check_config(config)
+    set_schedule_horizon(config, 256)
+    plan = build_plan(config, 256, None)
+    assert (plan.levels["ll"].estimator, plan.levels["hl"].estimator) == ("centred_by_critic", "reinforce")
+    text = render_markdown(plan)
+    assert f"- plug-ins (mlmt.plugins): {plugin}" in text
+    assert "- estimator: centred_by_critic (mlmt.ll.adv_estimator)" in text
