@@ -162,6 +162,7 @@ def test_install_leaves_a_gpu_build_in_the_venv_alone(tmp_path):
 
 # launchers that run no Python of the rule's: each says why
 EXEMPT = {
+    "scripts/lib/python.sh": "the rule itself",
     "scripts/install.sh": "creates .venv (its PYTHON picks the base interpreter)",
     "scripts/run_tests.sh": "installs .venv, then runs its pytest and ruff",
     "scripts/gpu_check.sh": "installs the GPU build into its --venv (default .venv), then runs that venv's Python",
