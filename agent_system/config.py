@@ -317,6 +317,7 @@ def validate_config(config: DictConfig) -> None:
     if config.data.train_batch_size < 1:
         raise ConfigError("data.train_batch_size must be >= 1")
     checkpoints_to_keep(config)
+    _check_keep_best(config)
     _check_checkpoint_engine(config)
     if os.environ.get("VERL_PLATFORM", "") == "cpu" and config.trainer.device != "cpu":
         raise ConfigError("VERL_PLATFORM=cpu but trainer.device is not cpu: set trainer.device=cpu")
@@ -347,6 +348,36 @@ def checkpoints_to_keep(config: DictConfig) -> int | None:
             f"trainer.max_actor_ckpt_to_keep={critic} and leave trainer.max_critic_ckpt_to_keep null (or equal)"
         )
     return actor
+
+
+def keep_best_metrics(config: DictConfig) -> tuple[str, ...]:
+    """The validation metrics ``trainer.keep_best`` may name (higher is better): the last answer's and turn 1's
+    accuracy, and with refinements turn 3's accuracy and its gains."""
+    names = ["val/final_acc", "val/acc@t1"]
+    if config.mlmt.feedback != "none":
+        names += ["val/acc@t3", "val/delta_t1_t3", "val/delta_i2c"]
+    return tuple(names)
+
+
+def _check_keep_best(config: DictConfig) -> None:
+    """``trainer.keep_best`` names a validation metric the run records, and the run validates.
+
+    Raises:
+        ConfigError: Another metric, or a run without validation (``trainer.test_freq`` <= 0, or training data without
+            ``data.val_files``), where the key could not act; names the keys.
+    """
+    metric = config.trainer.get("keep_best")
+    if not metric:
+        return
+    allowed = keep_best_metrics(config)
+    if metric not in allowed:
+        raise ConfigError(f"trainer.keep_best={metric!r}: choose a validation metric of this run, one of {allowed}")
+    if config.trainer.test_freq <= 0 or (config.data.train_files and not config.data.val_files):
+        raise ConfigError(
+            f"trainer.keep_best={metric}: the run never validates (trainer.test_freq={config.trainer.test_freq}, "
+            f"data.val_files={config.data.val_files}), so no step can be the best; set trainer.test_freq > 0 with "
+            "validation data, or trainer.keep_best=null"
+        )
 
 
 # verl's rollout.checkpoint_engine.backend values other than naive (nccl, nixl, hccl, ...) build process groups of their

@@ -10,6 +10,7 @@
 #   LOGGER='[console,tensorboard,wandb]'   verl's Tracking backends (W&B reads WANDB_API_KEY from the environment)
 #   KEEP_CKPTS=2       checkpoints kept (trainer.max_actor_ckpt_to_keep; null: all): a 1.5B + 7B full fine-tuning
 #                      save is ~110 GB
+#   KEEP_BEST=val/final_acc  also keep the best validation step's checkpoint (trainer.keep_best; null: off)
 #   MLMT_PYTHON=...    the interpreter that runs `-m verl.trainer.main_mlmt` (default: the repository's
 #                      .venv/bin/python, wherever the script is run from; scripts/lib/python.sh)
 #
@@ -24,6 +25,7 @@ LL_GPUS=${LL_GPUS:-2}
 HL_GPUS=${HL_GPUS:-2}
 LOGGER=${LOGGER:-[console,tensorboard,wandb]}
 KEEP_CKPTS=${KEEP_CKPTS:-2}
+KEEP_BEST=${KEEP_BEST:-val/final_acc}
 
 # Models, devices and logging: the same in every run.
 COMMON=(
@@ -36,6 +38,7 @@ COMMON=(
   trainer.logger="$LOGGER"
   trainer.resume_mode=auto
   trainer.max_actor_ckpt_to_keep="$KEEP_CKPTS"
+  trainer.keep_best="$KEEP_BEST"
 )
 
 # "RR": REINFORCE at both levels (no baseline), one attempt and one feedback per problem, as every original script.
@@ -103,6 +106,7 @@ SOLVER_ONLY=(
   trainer.logger="$LOGGER"
   trainer.resume_mode=auto
   trainer.max_actor_ckpt_to_keep="$KEEP_CKPTS"
+  trainer.keep_best="$KEEP_BEST"
 )
 
 # Temperature and length of the early scripts (_1_1, _1_15, _1_20 at v-head): sampling at 0.1, 400 steps.

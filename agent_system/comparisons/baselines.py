@@ -151,6 +151,7 @@ def shared_overrides(budget: Budget, run_dir: Path, seed: int) -> list[str]:
         f"trainer.save_freq={budget.steps}",
         "trainer.test_freq=-1",
         "trainer.val_before_train=false",
+        "trainer.keep_best=null",  # no validation during the runs: each is evaluated once at its last step
         f"data.train_batch_size={budget.batch}",
         f"data.max_prompt_length={budget.max_prompt_tokens}",
         f"data.max_response_length={budget.max_tokens}",

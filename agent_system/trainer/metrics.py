@@ -14,7 +14,8 @@ logger = logging.getLogger(__name__)
 
 
 def episode_metrics(episodes, scores: StepScores, prefix: str) -> dict[str, float]:
-    """acc@t1, acc@t3, Δ(t1,t3), Δi→c, Δc→i, lengths, truncation and prompt-shortening counts of a batch.
+    """acc@t1, acc@t3, Δ(t1,t3), Δi→c, Δc→i, final_acc (the last answer's accuracy: acc@t3, or acc@t1 without
+    refinements), lengths, truncation and prompt-shortening counts of a batch.
 
     ``shortened_prompts`` counts the turn-2/3 prompts whose quotes (attempt, feedback, execution result) were shortened
     to fit ``data.max_prompt_length``; ``omitted_quote_tokens`` is the number of tokens they left out. Without feedback
@@ -48,6 +49,7 @@ def episode_metrics(episodes, scores: StepScores, prefix: str) -> dict[str, floa
         )
         if scores.leak is not None:  # leak_rate, leak_rate_i2c, ...: feedbacks stating the answer
             metrics.update(leak_rates(scores.leak, first, final))
+    metrics["final_acc"] = metrics.get("acc@t3", metrics["acc@t1"])  # the last answer's, whatever the turns
     if feedbacks:
         metrics["hl_feedback_length"] = float(np.mean([len(t.response_ids) for t in feedbacks]))
     if scores.r_ref_feedback is not None:  # the lagged LL snapshot on the same prompts

@@ -421,9 +421,27 @@ class MLMTTrainer:
         )
         st.mark_latest(self.ckpt_dir, self.global_step)
         logger.info("checkpoint saved: %s", folder)
-        pruned = st.prune_checkpoints(self.ckpt_dir, checkpoints_to_keep(self.config))  # last: the new one is complete
+        best = self._best_checkpoint()
+        pruned = st.prune_checkpoints(  # last: the new one is complete
+            self.ckpt_dir, checkpoints_to_keep(self.config), protect=best
+        )
         if pruned:
             logger.info("older checkpoints deleted (trainer.max_actor_ckpt_to_keep): steps %s", pruned)
+
+    def _best_checkpoint(self) -> int | None:
+        """With ``trainer.keep_best``: the checkpointed step with the best validation value so far, written to
+        ``checkpoints/best_checkpoint.json`` (tmp + rename); None without it or before any validation."""
+        metric = self.config.trainer.get("keep_best")
+        if not metric:
+            return None
+        saved = set(st.checkpoint_steps(self.ckpt_dir)) | {self.global_step}
+        found = st.best_step(self.history, metric, saved)
+        if found is None:
+            return None
+        step, value = found
+        st.write_json(self.ckpt_dir / st.BEST, {"metric": metric, "step": step, "value": value})
+        logger.info("best checkpoint by %s: step %d (%.4f)", metric, step, value)
+        return step
 
     def resume(self) -> None:
         """Restore both models, the sampler, the stage history and the RNG from a checkpoint (``trainer.resume_mode``).

@@ -11,11 +11,14 @@ Checkpoint layout under ``<trainer.default_local_dir>/checkpoints``::
 
 Retention (``trainer.max_actor_ckpt_to_keep``, :func:`prune_checkpoints`): after the pointer names the new checkpoint,
 whole ``global_step_N`` folders older than the kept ones are deleted, each first renamed to ``.pruning_global_step_N``
-(atomic), so a kill mid-deletion leaves a folder no resume can pick; the next pruning removes it.
+(atomic), so a kill mid-deletion leaves a folder no resume can pick; the next pruning removes it. With
+``trainer.keep_best=val/<metric>`` the checkpoint of the best validation step so far (:func:`best_step`, from the
+history saved in each ``trainer_state.pt``) is kept as well, and named in ``best_checkpoint.json``.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import shutil
@@ -26,6 +29,7 @@ import pandas as pd
 import torch
 
 LATEST = "latest_checkpointed_iteration.txt"
+BEST = "best_checkpoint.json"  # trainer.keep_best: {"metric", "step", "value"} of the kept best checkpoint
 STEP_PREFIX = "global_step_"
 PRUNING_PREFIX = ".pruning_"  # a global_step_N folder being deleted: never a resume candidate
 
@@ -83,6 +87,23 @@ def latest_step(root: str | os.PathLike) -> int | None:
     return step
 
 
+def checkpoint_steps(root: str | os.PathLike) -> list[int]:
+    """The steps of the complete checkpoints under ``root`` (``trainer_state.pt`` written), ascending."""
+    steps = [
+        int(folder.name.removeprefix(STEP_PREFIX))
+        for folder in Path(root).glob(f"{STEP_PREFIX}*")
+        if folder.name.removeprefix(STEP_PREFIX).isdigit() and (folder / "trainer_state.pt").is_file()
+    ]
+    return sorted(steps)
+
+
+def write_json(path: Path, document: dict) -> None:
+    """Write ``document`` to ``path`` atomically (tmp + rename)."""
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(document, indent=2) + "\n")
+    os.replace(tmp, path)
+
+
 def write_trainer_state(root: str | os.PathLike, step: int, state: dict) -> None:
     path = step_dir(root, step) / "trainer_state.pt"
     tmp = path.with_suffix(".tmp")
@@ -102,11 +123,23 @@ def mark_latest(root: str | os.PathLike, step: int) -> None:
     os.replace(tmp, pointer)
 
 
-def prune_checkpoints(root: str | os.PathLike, keep: int | None) -> list[int]:
-    """Delete the ``global_step_N`` folders older than the ``keep`` newest complete checkpoints; returns their steps.
+def best_step(history: list[dict], metric: str, steps: set[int]) -> tuple[int, float] | None:
+    """The step among ``steps`` whose record in ``history`` (the trainer's per-step metrics) has the highest
+    ``metric``, with its value (the earliest on a tie); None when no such step recorded it."""
+    scored = [(record[metric], -record["step"]) for record in history if record["step"] in steps and metric in record]
+    if not scored:
+        return None
+    value, negated = max(scored)
+    return -negated, float(value)
 
-    Kept: the step the ``latest`` pointer names and the ``keep - 1`` newest complete checkpoints (``trainer_state.pt``
-    written) below it. Deleted: every ``global_step_N`` folder with N below the oldest kept one, complete or not.
+
+def prune_checkpoints(root: str | os.PathLike, keep: int | None, protect: int | None = None) -> list[int]:
+    """Delete the ``global_step_N`` folders older than the ``keep`` newest complete checkpoints, except the step
+    ``protect`` (the best validation step, ``trainer.keep_best``); returns the deleted steps.
+
+    Kept: the step the ``latest`` pointer names, the ``keep - 1`` newest complete checkpoints (``trainer_state.pt``
+    written) below it, and ``protect``. Deleted: every other ``global_step_N`` folder with N below the oldest of the
+    newest kept, complete or not.
     Folders above the pointer (a save a crash cut short, redone after the resume) are left alone. Call it after
     :func:`mark_latest`: the checkpoint a resume needs is then complete and kept. Each folder is renamed to
     ``.pruning_global_step_N`` before it is deleted, so a kill mid-deletion never leaves a partial ``global_step_N``;
@@ -125,7 +158,7 @@ def prune_checkpoints(root: str | os.PathLike, keep: int | None) -> list[int]:
     )
     complete = [s for s in steps if s < latest and (step_dir(root, s) / "trainer_state.pt").is_file()]
     kept = [*complete[-(keep - 1) :], latest] if keep > 1 else [latest]
-    pruned = [s for s in steps if s < min(kept)]
+    pruned = [s for s in steps if s < min(kept) and s != protect]
     for step in pruned:
         doomed = root / f"{PRUNING_PREFIX}{STEP_PREFIX}{step}"
         os.replace(step_dir(root, step), doomed)

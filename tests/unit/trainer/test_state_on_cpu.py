@@ -1,5 +1,6 @@
 """Resumable trainer state: the seeded problem sampler and the atomic ``latest`` checkpoint pointer."""
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -302,3 +303,58 @@ def test_the_trainers_save_prunes_to_trainer_max_actor_ckpt_to_keep(tmp_path):
     assert _folders(tmp_path) == ["global_step_100", "global_step_150"]
     assert sorted(os.listdir(step_dir(tmp_path, 100))) == ["hl", "hl_critic", "ll", "ll_snapshot", "trainer_state.pt"]
     assert latest_step(tmp_path) == 150
+
+
+def test_keep_best_keeps_the_best_validation_step_besides_the_newest(tmp_path):
+    """trainer.keep_best=val/final_acc with max_actor_ckpt_to_keep=2: the trainer's own choice of the best step
+    (MLMTTrainer._best_checkpoint, on its history) survives pruning, and best_checkpoint.json names it; a better step
+    later takes its place. Was: the best step was deleted two saves later like any other."""
+    from types import SimpleNamespace
+
+    from omegaconf import OmegaConf
+
+    from agent_system.trainer.mlmt_trainer import MLMTTrainer
+
+    accuracy = {10: 0.2, 20: 0.6, 30: 0.4, 40: 0.5, 50: 0.3, 60: 0.7}
+    trainer = SimpleNamespace(
+        config=OmegaConf.create({"trainer": {"keep_best": "val/final_acc"}}), history=[], ckpt_dir=tmp_path
+    )
+    kept = {}
+    for step, value in accuracy.items():
+        trainer.global_step = step
+        trainer.history.append({"step": step, "val/final_acc": value, "train/acc@t1": 1.0})
+        best = MLMTTrainer._best_checkpoint(trainer)
+        _save_protecting(tmp_path, step, keep=2, protect=best)
+        kept[step] = _folders(tmp_path)
+    assert kept[50] == ["global_step_20", "global_step_40", "global_step_50"]  # 20 (0.6) outlived 30
+    assert kept[60] == ["global_step_50", "global_step_60"]  # 60 is better: 20 goes at last
+    assert json.loads((tmp_path / state.BEST).read_text()) == {"metric": "val/final_acc", "step": 60, "value": 0.7}
+    assert state.resume_point("auto", tmp_path, None) == (tmp_path, 60)  # the resume takes the newest, not the best
+
+
+def test_best_step_reads_only_checkpointed_steps_that_recorded_the_metric():
+    history = [{"step": 1, "val/final_acc": 0.9}, {"step": 2}, {"step": 3, "val/final_acc": 0.5}]
+    assert state.best_step(history, "val/final_acc", {2, 3}) == (3, 0.5)  # step 1 has no checkpoint
+    assert state.best_step(history, "val/final_acc", {2}) is None
+    assert state.best_step([*history, {"step": 4, "val/final_acc": 0.5}], "val/final_acc", {3, 4}) == (3, 0.5)
+
+
+def _save_protecting(root, step: int, keep: int, protect: int | None) -> list[int]:
+    folder = step_dir(root, step)
+    (folder / "ll").mkdir(parents=True)
+    state.write_trainer_state(root, step, {"global_step": step})
+    mark_latest(root, step)
+    return state.prune_checkpoints(root, keep, protect=protect)
+
+
+def test_keep_best_is_refused_where_it_cannot_act():
+    from agent_system.config import ConfigError, compose_config
+    from agent_system.launcher.main import check_config
+
+    check_config(compose_config(["trainer.keep_best=val/final_acc", "trainer.max_actor_ckpt_to_keep=2"]))
+    with pytest.raises(ConfigError, match=r"trainer.keep_best=val/final_acc: the run never validates"):
+        check_config(compose_config(["trainer.keep_best=val/final_acc", "trainer.test_freq=-1"]))
+    with pytest.raises(ConfigError, match=r"trainer.keep_best='val/acc@t3': choose a validation metric"):
+        check_config(compose_config(["trainer.keep_best=val/acc@t3", "mlmt.feedback=none"]))
+    with pytest.raises(ConfigError, match=r"trainer.keep_best='val/acc_t3'"):
+        check_config(compose_config(["trainer.keep_best=val/acc_t3"]))
