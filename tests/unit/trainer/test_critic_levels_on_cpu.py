@@ -8,6 +8,7 @@ import pytest
 from config_copies import copier
 from omegaconf import OmegaConf
 
+from agent_system import methods
 from agent_system.config import compose_config
 from agent_system.launcher.gpu_checks import shared_paths
 from agent_system.launcher.main import resolve_model_paths
@@ -15,6 +16,10 @@ from agent_system.launcher.plan import critic_name
 from agent_system.trainer.advantages import VALUE_ESTIMATORS, critic_levels, register_value_estimator
 
 BASE = copier(compose_config([]))  # composed once: the cases below change only mlmt keys
+# the method packages register their estimators (value_baseline: methods/value_shaping) when imported, as start-up
+# does (check_config); without this the value_baseline case failed when the file ran alone (it passed only after some
+# other test had imported them)
+methods.import_all()
 
 
 def _levels(*overrides: str) -> tuple[str, ...]:
