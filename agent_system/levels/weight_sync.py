@@ -13,13 +13,18 @@ syncs", tabulates the pushes per step):
 * **Sleep only for training.** After the training rollout, a group's servers sleep only when the step's training
   needs their devices (:func:`sleeps_for_training`); nothing sleeps after a validation (the next use of the devices
   is the next rollout).
+
+:func:`pushes_per_step` states the pushes these rules make per step without any worker: what the GPU check
+(``scripts/gpu_check.py``) expects, and what docs/ARCHITECTURE.md's table lists.
 """
 
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING
 
-from agent_system.levels.policy import PolicyGroup
+if TYPE_CHECKING:  # annotations only: pushes_per_step imports without Ray or torch (scripts/gpu_check.py)
+    from agent_system.levels.policy import PolicyGroup
 
 TRAINED_LEVELS = ("ll", "hl")  # the lagged snapshot only generates: its devices hold nothing that trains
 
@@ -39,6 +44,58 @@ def sleeps_for_training(level: str, active: list[str], placement: str, reads_oth
     if placement == "split" and not reads_other_levels:
         return level in active
     return bool(active)
+
+
+def pushes_per_step(
+    steps: list[int],
+    update_steps: dict[str, list[int]],
+    validation_steps: list[int],
+    placement: str,
+    sleep_mode: bool,
+    reads_other_levels: bool = False,
+) -> dict[int, dict[str, int]]:
+    """Pushes per step and level (``perf/weight_syncs/<level>``) of one process that runs ``steps`` in order.
+
+    The rules of :class:`RolloutWeights` in ``MLMTTrainer.fit``'s order: a new process's servers hold no weights
+    (vLLM's dummy ones; a resumed process too); each step wakes the servers for its rollout, sleeps those whose
+    devices its training needs (:func:`sleeps_for_training`; in sleep mode the sleep frees the weights), updates its
+    levels (a new weight version each), then wakes them again for a validation where one is due. Each wake-up pushes
+    into the servers that do not hold their actor's current version. Step 0 is the validation before training.
+
+    Args:
+        steps: the steps the process runs, in order (a resumed process starts after its checkpoint).
+        update_steps: level → the steps that update it (the run plan's ``levels.<level>.update_steps``).
+        validation_steps: the steps followed by a validation (the run plan's ``validation_steps``).
+        placement: ``mlmt.placement``.
+        sleep_mode: ``rollout.free_cache_engine``: a sleep frees the weights (verl's level-2 vLLM sleep).
+        reads_other_levels: as for :func:`sleeps_for_training`.
+
+    Returns:
+        ``{step: {level: pushes}}``.
+    """
+    version = dict.fromkeys(update_steps, 0)
+    held: dict[str, int | None] = dict.fromkeys(update_steps, None)
+
+    def wake(counts: dict[str, int]) -> None:
+        for level in update_steps:
+            if held[level] != version[level]:
+                held[level], counts[level] = version[level], counts[level] + 1
+
+    pushes = {}
+    for step in steps:
+        counts = dict.fromkeys(update_steps, 0)
+        if step > 0:
+            wake(counts)  # the training rollout
+            active = [level for level in update_steps if step in update_steps[level]]
+            for level in update_steps:
+                if sleep_mode and sleeps_for_training(level, active, placement, reads_other_levels):
+                    held[level] = None
+            for level in active:
+                version[level] += 1
+        if step in validation_steps:
+            wake(counts)
+        pushes[step] = counts
+    return pushes
 
 
 class RolloutWeights:

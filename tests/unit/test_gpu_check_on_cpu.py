@@ -1,11 +1,14 @@
 """The one-node GPU check (scripts/gpu_check.sh) as far as a CPU can check it: what `--dry-run` would run (install
-online or from a wheelhouse, one GPU colocated, models built in the output folder, no path outside the repository),
-and the PASS / FAIL logic of scripts/gpu_check.py on fake run folders (metrics.jsonl, run_plan.json, memory.csv)."""
+online or from a wheelhouse, one GPU colocated, models built in the output folder, no path outside the repository,
+each run bounded by `timeout -k`), `--help`, the interpreter check, and the PASS / FAIL / TIMEOUT logic of
+scripts/gpu_check.py on fake run folders (metrics.jsonl, run_plan.json, memory.csv), whose expected pushes are the
+trainer's own rules (agent_system/levels/weight_sync.py)."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import re
 import shlex
 import subprocess
@@ -13,6 +16,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from omegaconf import OmegaConf
+
+from agent_system.levels import weight_sync
+from agent_system.trainer.schedule import update_steps
 
 pytestmark = pytest.mark.external  # runs scripts/gpu_check.sh
 
@@ -129,15 +136,36 @@ def _good_run(out: Path, **changes) -> None:
 
 
 def test_expected_pushes_are_one_per_weight_version_a_generation_needs():
+    expected = gpu_check.pushes_per_step
     both = {"ll": [1, 2], "hl": [1, 2]}
-    assert gpu_check.expected_pushes([1, 2], both, [1, 2]) == {1: {"ll": 2, "hl": 2}, 2: {"ll": 1, "hl": 1}}
+    assert expected([1, 2], both, [1, 2], "colocated", True) == {1: {"ll": 2, "hl": 2}, 2: {"ll": 1, "hl": 1}}
     # validation only at the end: the rollout of step 2 needs update 1's weights, the validation update 2's
-    assert gpu_check.expected_pushes([1, 2], both, [2]) == {1: {"ll": 1, "hl": 1}, 2: {"ll": 2, "hl": 2}}
-    # (tH, tL) = (1, 2): the HL updated on step 3 only; its servers keep their weights until then
-    rr = gpu_check.expected_pushes([1, 2, 3], {"ll": [1, 2], "hl": [3]}, [3])
+    assert expected([1, 2], both, [2], "colocated", True) == {1: {"ll": 1, "hl": 1}, 2: {"ll": 2, "hl": 2}}
+    # (tH, tL) = (1, 2) under split: the HL updated on step 3 only; its servers keep their weights until then
+    rr = expected([1, 2, 3], {"ll": [1, 2], "hl": [3]}, [3], "split", True)
     assert rr == {1: {"ll": 1, "hl": 1}, 2: {"ll": 1, "hl": 0}, 3: {"ll": 1, "hl": 1}}
     # a resumed process: its servers start empty, so its first step loads the restored weights
-    assert gpu_check.expected_pushes([3], both | {"ll": [1, 2, 3]}, [3])[3]["ll"] == 2
+    assert expected([3], both | {"ll": [1, 2, 3]}, [3], "colocated", True)[3]["ll"] == 2
+
+
+def test_expected_pushes_are_the_trainers_own_rules_with_the_sleep_that_frees_weights():
+    """Colocated (1, 15) in sleep mode: the HL, not updated, slept while the LL trained on its device and lost its
+    weights, so each validation pushes it again (1 per step, as docs/ARCHITECTURE.md's table says); the check's own
+    model, which knew no sleep, expected 0."""
+    assert gpu_check.pushes_per_step is weight_sync.pushes_per_step  # one home: the trainer's module
+    updates = update_steps(16, OmegaConf.create({"tH": 1, "tL": 15}), {"ll": False, "hl": False})
+    steps = list(range(1, 17))
+    colocated = gpu_check.pushes_per_step(steps, updates, steps, "colocated", sleep_mode=True)
+    assert [colocated[step]["hl"] for step in steps] == [2] + [1] * 15
+    assert [colocated[step]["ll"] for step in steps] == [2] + [1] * 15
+    split = gpu_check.pushes_per_step(steps, updates, steps, "split", sleep_mode=True)
+    assert [split[step]["hl"] for step in steps] == [1] + [0] * 13 + [1, 0]  # its own device: no sleep before 15
+    # check_pushes reads the placement: a colocated run that pushed the idle HL once per step passes
+    plan = _plan(updates, steps)
+    metrics = {step: _step(colocated[step]) for step in steps}
+    assert all(check.passed for check in gpu_check.check_pushes("colocated", metrics, plan, "colocated"))
+    failed = {c.name for c in gpu_check.check_pushes("split", metrics, plan, "split") if not c.passed}
+    assert {f"split: pushes at step {step}" for step in range(2, 15)} <= failed  # split expects the HL's 0
 
 
 def test_a_good_run_passes_every_check(tmp_path):
@@ -193,3 +221,73 @@ def test_gpu_tests_read_nothing_outside_the_repository_and_fit_one_gpu():
         text = path.read_text()
         assert "shared" not in text.lower() and "smollm2" not in text, path.name
         assert "mlmt.placement=colocated" in text and "trainer.n_gpus_per_node=1" in text, path.name
+
+
+def test_help_prints_the_headers_usage_and_exits_0():
+    result = subprocess.run(["bash", str(SCRIPT), "--help"], capture_output=True, text=True, timeout=10)
+    assert result.returncode == 0 and result.stderr == ""
+    header = SCRIPT.read_text().split("\nset -euo pipefail", 1)[0].splitlines()[1:]
+    assert result.stdout.splitlines() == [line[2:] if line.startswith("# ") else line[1:] for line in header]
+    assert "  bash scripts/gpu_check.sh [--python PY] [--venv DIR] [--wheelhouse DIR] [--skip-install] [--out DIR]" in (
+        result.stdout.splitlines()
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "kill_after", "limit"), [((), "60", "240"), (("--grace", "30", "--run-timeout", "100"), "30", "100")]
+)
+def test_the_time_limit_ends_the_run_with_a_kill_after_the_grace(args, kill_after, limit):
+    """SIGTERM only asks the trainer to finish its step and checkpoint (stop_request.py): SIGKILL follows the grace."""
+    trains = [c for c in _dry_run("--skip-install", *args) if "verl.trainer.main_mlmt" in c]
+    assert len(trains) == 2
+    for train in trains:
+        start = train.index("timeout")
+        assert train[start : start + 5] == ["timeout", "-k", kill_after, limit, str(REPO / ".venv" / "bin" / "python")]
+
+
+@pytest.mark.parametrize("rc", [124, 75, 137])
+def test_a_run_that_reached_its_limit_is_timed_out_at_its_last_step_not_failed(rc):
+    check = gpu_check.check_exit("colocated", rc, last_step=1, total_steps=2)
+    assert check.passed is None and check.timed_out
+    assert check.line().startswith(f"TIMEOUT colocated: exit status: timed out at step 1 of 2 ({rc}: ")
+    assert gpu_check.check_exit("colocated", 124, None, 2).detail.startswith("timed out before its first step")
+    assert gpu_check.check_exit("colocated", 1, 1, 2).passed is False
+
+
+def test_a_timed_out_first_run_skips_the_resume_with_the_step_and_exits_75(tmp_path, capsys):
+    both = {"ll": [1, 2], "hl": [1, 2]}
+    _write_run(
+        tmp_path / "colocated", _plan(both, [1, 2]) | {"total_steps": 2}, [(1, _step({"ll": 2, "hl": 2}))], rc=124
+    )
+    checks = gpu_check.run_checks(tmp_path, gpus=1, max_gap=0.05, slack_gib=1.0, max_resume_gap=0.05)
+    assert [c for c in checks if c.passed is False] == []
+    lines = [c.line() for c in checks]
+    assert lines[0].startswith("TIMEOUT colocated: exit status: timed out at step 1 of 2 (124: ")
+    assert "PASS colocated: pushes at step 1: ll 2 (expected 2), hl 2 (expected 2)" in lines
+    assert "SKIP resume: not run: the first run timed out at step 1 of 2 (raise --run-timeout)" in lines
+    assert gpu_check.main([str(tmp_path), "--gpus", "1"]) == 75
+    assert capsys.readouterr().out.splitlines()[-1].startswith("TIMEOUT gpu_check: 0 of ")
+
+
+def _fake_python(tmp_path: Path, version: str) -> Path:
+    python = tmp_path / f"python{version}"
+    python.write_text(f"#!/bin/sh\necho {version}\n")
+    python.chmod(0o755)
+    return python
+
+
+@pytest.mark.parametrize("how", ["env", "option"])
+def test_the_interpreter_is_checked_before_the_venv_is_made(tmp_path, how):
+    python = _fake_python(tmp_path, "3.13.1")
+    venv = tmp_path / "venv"
+    args = ["--venv", str(venv)] + (["--python", str(python)] if how == "option" else [])
+    env = {**os.environ, "PYTHON": str(python) if how == "env" else "python3"}
+    result = subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True, timeout=10, env=env)
+    assert result.returncode == 2 and result.stdout == "" and not venv.exists()
+    assert result.stderr.splitlines() == [
+        f"gpu_check.sh: {python} is Python 3.13.1; the GPU set needs Python 3.10-3.12: pick one with "
+        "PYTHON=/path/to/python3.11 (or --python)"
+    ]
+    good = _fake_python(tmp_path, "3.11.9")
+    commands = _dry_run("--venv", str(venv), "--python", str(good))
+    assert commands[0] == [str(good), "-m", "venv", str(venv)]

@@ -20,8 +20,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from agent_system.levels.policy import PolicyGroup
-from agent_system.levels.weight_sync import RolloutWeights, sleeps_for_training
-from agent_system.trainer.schedule import levels_to_update
+from agent_system.levels.weight_sync import RolloutWeights, pushes_per_step, sleeps_for_training
+from agent_system.trainer.schedule import levels_to_update, update_steps
 
 DOCS = Path(__file__).resolve().parents[3] / "docs" / "ARCHITECTURE.md"
 SNAPSHOT = "ll_snapshot"
@@ -145,6 +145,21 @@ def test_pushes_per_step_match_the_documented_table(run):
         ll_hl = expected[_category(step, run)]
         assert ll_hl is not None, f"{run}: step {step} is of a kind the table marks absent"
         assert (pushes["perf/weight_syncs/ll"], pushes["perf/weight_syncs/hl"]) == ll_hl, (run, step, counted)
+
+
+@pytest.mark.parametrize("sleep_mode", [True, False])
+@pytest.mark.parametrize("validate", [True, False])
+@pytest.mark.parametrize("run", sorted(_documented_table()))
+def test_pushes_per_step_states_what_the_groups_do(run, validate, sleep_mode):
+    """The pure statement of the rules (what scripts/gpu_check.py expects) against the groups' own pushes."""
+    placement, schedule = run.split(", ", 1)
+    ratio = (1, 15) if schedule == "(1, 15)" else (1, 1)
+    steps = 16 if ratio == (1, 15) else 4
+    counted = _run(placement, ratio, steps, freeze_hl=schedule == "HL frozen", validate=validate, sleep_mode=sleep_mode)
+    frozen = {"ll": False, "hl": schedule == "HL frozen"}
+    updates = update_steps(steps, OmegaConf.create({"tH": ratio[0], "tL": ratio[1]}), frozen)
+    stated = pushes_per_step(sorted(counted), updates, sorted(counted) if validate else [], placement, sleep_mode)
+    assert {step: {f"perf/weight_syncs/{k}": float(v) for k, v in c.items()} for step, c in stated.items()} == counted
 
 
 def test_one_push_per_update_over_a_run_under_split():
