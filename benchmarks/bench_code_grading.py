@@ -1,13 +1,15 @@
-"""Code grading time per program: the split grader (expected values outside the sandbox) against the grader before it.
+"""Code grading time per program: the current grader against an earlier one (default: the grader before the split).
 
 Both grade the same MBPP reference solutions, one sandbox process per program, alternating program by program so
-that the machine's load falls on both alike. The grader before the split is taken from git (``--baseline``, default
-the last commit before it) into a temporary folder and imported from there; nothing in the project is patched.
+that the machine's load falls on both alike. The earlier grader is taken from git (``--baseline``, default the last
+commit before the split, which put the expected values outside the sandbox) into a temporary folder and imported from
+there; nothing in the project is patched.
 
 Usage::
 
     python benchmarks/bench_code_grading.py                      # 200 MBPP tasks, 3 rounds
     python benchmarks/bench_code_grading.py --n 974 --rounds 1 --data ../shared/data/mbpp/mbpp.jsonl
+    python benchmarks/bench_code_grading.py --baseline 6ed0b4f   # against the sandbox before issue 45's bounds
 """
 
 from __future__ import annotations
@@ -31,10 +33,12 @@ BASELINE = "383a85a"  # the commit before the split (the exploit tests were adde
 def load_baseline(revision: str):
     """The ``code_sandbox`` module of ``revision``, imported from a temporary folder (with its harness beside it)."""
     folder = Path(tempfile.mkdtemp(prefix="bench_code_grading_"))
-    for name in ("code_sandbox.py", "sandbox_harness.py"):
+    for name in ("code_sandbox.py", "sandbox_harness.py", "sandbox_isolation.py"):
         source = subprocess.run(
             ["git", "show", f"{revision}:agent_system/rewards/{name}"], cwd=ROOT, capture_output=True, text=True
         )
+        if source.returncode != 0 and name == "sandbox_isolation.py":  # the sandbox's first stage, since issue 45
+            continue
         if source.returncode != 0:
             raise SystemExit(f"--baseline {revision}: cannot read agent_system/rewards/{name}: {source.stderr.strip()}")
         (folder / name).write_text(source.stdout)
@@ -57,7 +61,7 @@ def main(argv: list[str] | None = None) -> None:
     limits = SandboxLimits(timeout_s=60.0, per_test_s=30.0)
     graders = {
         "before": lambda code, tests, setup: baseline.run_tests(code, tests, setup, baseline.SandboxLimits(60.0, 30.0)),
-        "split": lambda code, tests, setup: run_tests(code, tests, setup, limits),
+        "current": lambda code, tests, setup: run_tests(code, tests, setup, limits),
     }
     times = {name: [] for name in graders}
     passed = dict.fromkeys(graders, 0)
@@ -75,10 +79,10 @@ def main(argv: list[str] | None = None) -> None:
     for name in graders:
         mean, median = 1000 * statistics.mean(times[name]), 1000 * statistics.median(times[name])
         print(f"{name:<8} {mean:>9.1f} {median:>10.1f} {passed[name]:>11}")
-    ratio_mean = statistics.mean(times["split"]) / statistics.mean(times["before"])
-    ratio_median = statistics.median(times["split"]) / statistics.median(times["before"])
-    pairs = sorted(s / b for s, b in zip(times["split"], times["before"], strict=True))
-    print(f"split / before: mean {ratio_mean:.3f}x, median {ratio_median:.3f}x, median of per-program ratios "
+    ratio_mean = statistics.mean(times["current"]) / statistics.mean(times["before"])
+    ratio_median = statistics.median(times["current"]) / statistics.median(times["before"])
+    pairs = sorted(s / b for s, b in zip(times["current"], times["before"], strict=True))
+    print(f"current / before: mean {ratio_mean:.3f}x, median {ratio_median:.3f}x, median of per-program ratios "
           f"{statistics.median(pairs):.3f}x")  # fmt: skip
 
 

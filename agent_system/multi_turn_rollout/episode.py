@@ -12,12 +12,15 @@ the tests its task shows in the sandbox before its feedbacks start: the feedback
 from __future__ import annotations
 
 import asyncio
+import logging
 from dataclasses import dataclass, field
 from typing import Any
 
 from agent_system.multi_turn_rollout.stopping import stop_tokens
 from agent_system.prompts.templates import Prompt, PromptBuilder, Task
 from agent_system.rewards.code_sandbox import SandboxLimits
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -143,7 +146,8 @@ class EpisodeRunner:
     async def execution_result(self, task: Task, attempt: Turn) -> str:
         """Code tasks: ``attempt`` run against the tests the task shows (all its tests with ``feedback_tests="all"``)
         in the sandbox (in a thread: the episodes of other problems go on generating meanwhile), as the feedback writer
-        reads it; math tasks: ``""``."""
+        reads it; math tasks: ``""``. Never raises: one model output must not end the training step, so a failure of
+        the grader itself becomes an execution result that says so (and a warning in the log)."""
         if task.kind != "code":
             return ""
         from agent_system.rewards.code_reward import execution_result
@@ -156,7 +160,11 @@ class EpisodeRunner:
             self.feedback_tests,
             task.problem,
         )
-        return await asyncio.to_thread(execution_result, *args)
+        try:
+            return await asyncio.to_thread(execution_result, *args)
+        except Exception as exc:
+            logger.warning("execution result: the grader failed on an attempt", exc_info=True)
+            return f"The grader failed to run this program ({type(exc).__name__}); there is no execution result."
 
     async def feedback_and_refine(
         self, task: Task, attempt: Turn, execution: str, s: EpisodeSettings, rid: str

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 
 HOLE_PREFIX = "__mlmt_hole_"
 MAX_DEPTH = 100  # nesting of a returned value (a deeper or cyclic value is unverifiable)
+MAX_PROGRAM_CHARS = 100_000  # a longer program is not parsed nor run (MBPP's longest reference: 1,331)
 
 # trusted functions: name -> the real function (evaluated here, on plain data)
 TRUSTED_NAMES = {
@@ -108,14 +109,29 @@ class Split:
     whole: bool = False
 
 
+class UnparsableProgram(ValueError):
+    """The program is too large, or nested too deeply, for the parser (it could not be compiled in the sandbox
+    either); the reason is the exception's text."""
+
+
 def defined_names(*sources: str) -> set[str]:
-    """Names bound at top level by the program (and the setup code): functions, classes, assignments, imports."""
+    """Names bound at top level by the program (and the setup code): functions, classes, assignments, imports.
+
+    Raises:
+        UnparsableProgram: a source is longer than :data:`MAX_PROGRAM_CHARS` or nested too deeply for the parser (its
+            ``RecursionError`` at about 3,000 levels, its ``MemoryError`` at about 6,000). A syntax error is not one:
+            the sandbox reports it, as Python does.
+    """
     names: set[str] = set()
     for source in sources:
+        if len(source or "") > MAX_PROGRAM_CHARS:
+            raise UnparsableProgram(f"the program is longer than {MAX_PROGRAM_CHARS:,} characters")
         try:
             tree = ast.parse(source or "")
         except (SyntaxError, ValueError):
             continue
+        except (RecursionError, MemoryError) as exc:  # the parser's own depth limits, not the machine's memory
+            raise UnparsableProgram(f"the program is nested too deeply to parse ({type(exc).__name__})") from None
         for node in tree.body:
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
                 names.add(node.name)
@@ -274,7 +290,7 @@ def split_test(test: str, own: set[str]) -> Split:
     source = test.strip()
     try:
         tree = ast.parse(source)
-    except (SyntaxError, ValueError):
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
         return Split(test, whole=True)
     if len(tree.body) != 1 or not isinstance(tree.body[0], ast.Assert):
         return Split(test, whole=True)

@@ -3,19 +3,37 @@
 Isolation layers, outermost first (each one is used when the machine allows it):
 
 1. ``timeout --signal=KILL``: a wall-clock kill that works even if the calling process dies.
-2. ``unshare --net --pid --fork --kill-child --mount-proc``: an empty network namespace (no interface is
-   up, not even loopback) and a private PID namespace, so killing its first process kills every
+2. ``unshare --net --ipc --pid --fork --kill-child --mount-proc``: an empty network namespace (no interface is
+   up, not even loopback), a private IPC namespace (System V shared memory, semaphores and message queues vanish
+   with it), a private mount namespace, and a private PID namespace, so killing its first process kills every
    descendant, including ones that called ``setsid``; ``/proc`` shows only the sandbox's processes.
-3. ``setpriv --reuid/--regid U --clear-groups`` (only when running as root): a fresh unprivileged uid
-   per run, so RLIMIT_NPROC is enforced and counted per sandbox, files outside world-writable
-   directories cannot be written or deleted, and other processes cannot be signalled or inspected.
-4. In the child (``sandbox_harness.py``): RLIMIT_AS, RLIMIT_CPU, RLIMIT_NPROC, RLIMIT_FSIZE, RLIMIT_NOFILE,
-   no core dumps, a Python-level socket block, stdout/stderr to /dev/null, a per-test timer.
-5. Here: a scrubbed environment, a private temporary working directory (removed afterwards), a capped
-   result stream read against a deadline, and ``killpg(SIGKILL)`` on the whole session at the end.
+3. Private temporary folders (``sandbox_isolation.py``, a first stage that runs as the namespace's root): a fresh
+   ``tmpfs`` on ``/tmp``, ``/var/tmp``, ``/dev/shm`` and ``/run/lock`` (the world-writable folders) and on the work
+   folder, each at most ``SandboxLimits.tmp_mb`` and ``max_files`` entries. Nothing the program writes there reaches
+   the host's folders or another run, and nothing outlives the run: the mounts vanish with the mount namespace when
+   its last process dies, whatever the program did. This is why they are mounts and not a cleanup afterwards: no
+   crash or kill of the trainer can skip them, nothing has to guess which files were the program's, and the sizes
+   and file counts are bounded while the program runs. ``HOME`` and ``TMPDIR`` name the work folder.
+4. The privileges dropped by the same first stage, which then execs the harness: no new privileges on exec (a
+   set-uid program) and, when running as root, a fresh unprivileged uid per run, so RLIMIT_NPROC is enforced and
+   counted per sandbox, files outside world-writable directories cannot be written or deleted, and other processes
+   cannot be signalled or inspected. In ``userns`` mode the namespace's root keeps no capability and no bounding
+   set, so it cannot unmount the private folders.
+5. In the child (``sandbox_harness.py``): RLIMIT_AS, RLIMIT_CPU, RLIMIT_NPROC, RLIMIT_FSIZE, RLIMIT_NOFILE,
+   no core dumps, stdout/stderr to /dev/null, a Python-level socket block in ``none`` mode (with a network namespace
+   there is no network to block), and a per-stage alarm around everything that runs the program's code, describing
+   its exceptions included.
+6. Here: a scrubbed environment, a bounded parse of the program (:func:`agent_system.rewards.assert_split.
+   defined_names`: its size and the parser's depth limits), a capped result stream read against the wall-clock
+   deadline and against a per-stage deadline (:func:`_read_events`: it ends what the harness's alarm cannot, C code
+   that never returns to the interpreter), messages made printable, and ``killpg(SIGKILL)`` on the whole session.
 
 When a layer is unavailable (not root, no ``unshare``), the probe in :func:`isolation_mode` drops it and
-logs a warning once; docs/REWARDS_AND_DATA.md lists what is then no longer contained.
+logs a warning once; docs/REWARDS_AND_DATA.md lists what is then no longer contained. In ``none`` mode there is no
+mount namespace: ``TMPDIR`` and ``HOME`` still name a private work folder (removed afterwards), but a file written
+by name to ``/tmp`` or ``/dev/shm`` stays. It is not cleaned up: the program runs as the calling user then, and its
+files cannot be told from those of the trainer or of other runs (a cleanup by time or by owner could delete theirs).
+What none of the modes does yet is a filesystem view of the program's own: it can read what the run's uid can read.
 
 What is compared, and where (:func:`run_tests`): each assert is split (:mod:`agent_system.rewards.assert_split`); only
 the program's side of it goes into the sandbox, comes back as plain data, and is compared with the expected side here,
@@ -29,6 +47,7 @@ import json
 import logging
 import os
 import random
+import re
 import secrets
 import selectors
 import shutil
@@ -43,6 +62,7 @@ from pathlib import Path
 from agent_system.rewards.assert_split import (
     HOLE_PREFIX,
     Converted,
+    UnparsableProgram,
     Unverifiable,
     decode_value,
     defined_names,
@@ -53,9 +73,13 @@ from agent_system.rewards.assert_split import (
 logger = logging.getLogger(__name__)
 
 _HARNESS_SOURCE = (Path(__file__).with_name("sandbox_harness.py")).read_text()
+_ISOLATION_SOURCE = (Path(__file__).with_name("sandbox_isolation.py")).read_text()
 # uids handed to sandboxes when running as root: no passwd entry needed, unlikely to collide with real users
 _UID_RANGE = (200_000, 260_000)
 _SAFE_ENV_KEYS = ("LANG", "LC_ALL")
+_UNPRINTABLE = re.compile("[\x00-\x08\x0b-\x1f\x7f]")
+ABORTED = "time limit exceeded"  # run-level error: a stage went on past its alarm (ended by the harness or here)
+_GRACE_S = 1.0  # sandbox_harness._GRACE_S: after a stage's alarm, the time to describe and report its failure
 
 
 @dataclass(frozen=True)
@@ -70,6 +94,9 @@ class SandboxLimits:
         max_processes: RLIMIT_NPROC (processes and threads of the sandbox uid).
         max_file_mb: RLIMIT_FSIZE, the largest file the program may write.
         max_output_bytes: Cap on the result stream read back from the child.
+        tmp_mb: Size of each private temporary folder (``/tmp``, ``/var/tmp``, ``/dev/shm``, ``/run/lock``, the
+            work folder; ``root`` and ``userns`` modes).
+        max_files: Files and folders each private temporary folder may hold.
     """
 
     timeout_s: float = 12.0
@@ -79,6 +106,8 @@ class SandboxLimits:
     max_file_mb: int = 16
     max_output_bytes: int = 1_000_000
     program_s: float | None = None
+    tmp_mb: int = 16
+    max_files: int = 256
 
     @classmethod
     def within(cls, timeout_s: float) -> SandboxLimits:
@@ -116,65 +145,67 @@ class SandboxResult:
         return bool(self.passed) and all(self.passed)
 
 
-def _probe(prefix: list[str]) -> bool:
-    """True when ``prefix + [python, -c, pass]`` runs successfully."""
-    try:
-        done = subprocess.run([*prefix, sys.executable, "-I", "-S", "-c", "pass"], capture_output=True, timeout=20)
-    except (OSError, subprocess.SubprocessError):
-        return False
-    return done.returncode == 0
-
-
 @functools.lru_cache(maxsize=1)
 def isolation_mode() -> str:
-    """Detects the strongest isolation this machine allows (probed once per process).
+    """Detects the strongest isolation this machine allows (probed once per process, with an empty program).
 
     Returns:
         ``"root"`` (namespaces + per-run uid), ``"userns"`` (namespaces as the calling user) or ``"none"``.
     """
-    has_unshare = shutil.which("unshare") is not None
-    if os.geteuid() == 0 and has_unshare and shutil.which("setpriv"):
-        if _probe(_namespace_prefix("root") + _drop_privileges_prefix(_UID_RANGE[0])):
+    if shutil.which("unshare"):
+        if os.geteuid() == 0 and _probe("root"):
             return "root"
-    if has_unshare and _probe(_namespace_prefix("userns")):
-        logger.warning("code sandbox: not root, running candidates as the calling user (see REWARDS_AND_DATA.md)")
-        return "userns"
-    logger.warning("code sandbox: no namespaces available; network and process isolation are best-effort only")
+        if _probe("userns"):
+            logger.warning("code sandbox: not root, running candidates as the calling user (see REWARDS_AND_DATA.md)")
+            return "userns"
+    logger.warning(
+        "code sandbox: no namespaces available; network and process isolation are best-effort only, and files "
+        "written to /tmp or /dev/shm outlive the run (docs/CODE_REWARD.md)"
+    )
     return "none"
 
 
-def _namespace_prefix(mode: str) -> list[str]:
-    base = ["unshare", "--net", "--pid", "--fork", "--kill-child", "--mount-proc"]
-    if mode == "userns":
-        return ["unshare", "--user", "--map-root-user", *base[1:], "--"]
-    return [*base, "--"]
+def _probe(mode: str) -> bool:
+    """True when an empty program runs to the end in ``mode`` (namespaces, private folders, privileges dropped)."""
+    try:
+        events, error, _ = _run_job("", "", [], [], SandboxLimits(timeout_s=20.0), mode=mode)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return error is None and any(event.get("done") for event in events)
 
 
-def _drop_privileges_prefix(uid: int) -> list[str]:
-    return ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--"]
-
-
-def _command(mode: str, uid: int, limits: SandboxLimits) -> list[str]:
-    """The full argv: isolation wrappers, then the harness."""
+def _command(mode: str, uid: int, limits: SandboxLimits, workdir: str) -> list[str]:
+    """The full argv: the wall-clock kill, the namespaces (layer 2), the first stage (``sandbox_isolation.py``: layers
+    3 and 4), then the harness (layer 5), which the first stage execs."""
     argv: list[str] = []
     if shutil.which("timeout"):
         argv += ["timeout", "--signal=KILL", str(int(limits.timeout_s) + 2)]
-    if mode != "none":
-        argv += _namespace_prefix(mode)
-    if mode == "root":
-        argv += _drop_privileges_prefix(uid)
-    return [*argv, sys.executable, "-I", "-S", "-c", _HARNESS_SOURCE, "mlmt-sandbox-harness"]
+    harness = [sys.executable, "-I", "-S", "-c", _HARNESS_SOURCE, "mlmt-sandbox-harness"]
+    if mode == "none":
+        return [*argv, *harness]
+    user = ["--user", "--map-root-user"] if mode == "userns" else []
+    argv += ["unshare", *user, "--net", "--ipc", "--pid", "--fork", "--kill-child", "--mount-proc", "--"]
+    tmpfs = f"size={limits.tmp_mb}m,nr_inodes={limits.max_files}"
+    isolation = [sys.executable, "-I", "-S", "-c", _ISOLATION_SOURCE, mode, str(uid), workdir, tmpfs]
+    return [*argv, *isolation, *harness]
 
 
 def _read_events(proc: subprocess.Popen, nonce: str, limits: SandboxLimits, deadline: float) -> tuple[list, str | None]:
-    """Reads nonce-tagged JSON events until EOF, the deadline, or the output cap."""
-    chunks, total, error = [], 0, None
+    """Reads nonce-tagged JSON events until EOF, the deadline, the output cap, or a stage that overran.
+
+    After ``"started"`` the program and its setup code have ``2 * program_s``, after any other event the next probe,
+    call or test ``per_test_s``, each plus twice the harness's grace: the harness's own alarm ends a stage sooner,
+    so this clock, which the program cannot reach, ends what the alarm cannot: C code that never returns to the
+    interpreter (``sum(range(10 ** 13))``, in any thread), a program that swallows or starves the alarm.
+    """
+    program_s = limits.per_test_s if limits.program_s is None else limits.program_s
+    events, pending, total, error, stage_due = [], b"", 0, None, deadline
     with selectors.DefaultSelector() as selector:
         selector.register(proc.stdout, selectors.EVENT_READ)
         while True:
-            remaining = deadline - time.monotonic()
+            remaining = min(deadline, stage_due) - time.monotonic()
             if remaining <= 0:
-                error = "timeout"
+                error = "timeout" if stage_due >= deadline else ABORTED
                 break
             if not selector.select(timeout=remaining):
                 continue
@@ -185,17 +216,26 @@ def _read_events(proc: subprocess.Popen, nonce: str, limits: SandboxLimits, dead
             if total > limits.max_output_bytes:
                 error = "output limit exceeded"
                 break
-            chunks.append(chunk)
-    events = []
-    for line in b"".join(chunks).decode("utf-8", "replace").splitlines():
-        if line.startswith(nonce):
-            try:
-                event = json.loads(line[len(nonce) :])
-            except (ValueError, RecursionError):  # a malformed or forged line (JSONDecodeError is a ValueError)
-                continue
-            if isinstance(event, dict):
-                events.append(event)
+            *lines, pending = (pending + chunk).split(b"\n")
+            for line in lines:
+                if (event := _parse_event(line, nonce)) is not None:
+                    events.append(event)
+                    stage_s = 2 * program_s if event.get("started") else limits.per_test_s
+                    stage_due = time.monotonic() + stage_s + 2 * _GRACE_S
+    if (event := _parse_event(pending, nonce)) is not None:
+        events.append(event)
     return events, error
+
+
+def _parse_event(line: bytes, nonce: str) -> dict | None:
+    text = line.decode("utf-8", "replace")
+    if not text.startswith(nonce):
+        return None
+    try:
+        event = json.loads(text[len(nonce) :])
+    except (ValueError, RecursionError):  # a malformed or forged line (JSONDecodeError is a ValueError)
+        return None
+    return event if isinstance(event, dict) else None
 
 
 def _kill_session(proc: subprocess.Popen) -> None:
@@ -207,20 +247,23 @@ def _kill_session(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
-def _run_job(code: str, setup_code: str, tests: list[str], calls: list[str], limits: SandboxLimits, probes=()):
+def _run_job(
+    code: str, setup_code: str, tests: list[str], calls: list[str], limits: SandboxLimits, probes=(), mode=None
+):
     """Runs one harness job in a fresh sandbox; returns ``(events, run-level error, duration_s)``."""
-    mode = isolation_mode()
+    mode = mode or isolation_mode()
     uid = random.SystemRandom().randrange(*_UID_RANGE)
     workdir = tempfile.mkdtemp(prefix="mlmt_sandbox_")
     nonce = secrets.token_hex(16)
     job = {
+        "isolation_mode": mode,
         "nonce": nonce,
         "code": code,
         "setup_code": setup_code or "",
         "tests": list(tests),
         "calls": list(calls),
         "probes": list(probes),
-        "block_sockets": True,
+        "block_sockets": mode == "none",  # with a network namespace there is no network to block (3 ms a run)
         "limits": {
             "memory_mb": limits.memory_mb,
             "cpu_s": int(limits.timeout_s) + 1,
@@ -234,11 +277,9 @@ def _run_job(code: str, setup_code: str, tests: list[str], calls: list[str], lim
     env.update({k: "C.UTF-8" for k in _SAFE_ENV_KEYS})
     start = time.monotonic()
     try:
-        if mode == "root":
-            os.chown(workdir, uid, uid)
-        os.chmod(workdir, 0o700)
+        os.chmod(workdir, 0o700)  # with namespaces the program works in a tmpfs mounted over this folder
         proc = subprocess.Popen(
-            _command(mode, uid, limits),
+            _command(mode, uid, limits, workdir),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
@@ -278,14 +319,19 @@ def run_tests(code: str, tests: list[str], setup_code: str = "", limits: Sandbox
     Returns:
         The per-test outcome, the first failure message and any run-level error.
     """
-    splits = [split_test(test, defined_names(code, setup_code)) for test in tests]
+    try:
+        own = defined_names(code, setup_code)
+    except UnparsableProgram as exc:  # it would not compile in the sandbox either: not run
+        return SandboxResult([False] * len(tests), str(exc), "program error", 0.0, ["not run"] * len(tests),
+                             [False] * len(tests))  # fmt: skip
+    splits = [split_test(test, own) for test in tests]
     probes = [[hole, wrapper] for s in splits for hole, wrapper in zip(s.holes, s.wrappers, strict=True)]
     whole = [s.test for s in splits if s.whole]
     events, run_error, duration = _run_job(code, setup_code, whole, [], limits or SandboxLimits(), probes)
     done, loaded, probe_events, whole_events = False, False, {}, {}
     for event in events:
         if "program_error" in event:
-            message = str(event["program_error"])
+            message = printable(str(event["program_error"]))
             return SandboxResult([False] * len(tests), message, "program error", duration, ["not run"] * len(tests),
                                  [s.whole for s in splits])  # fmt: skip
         if type(event.get("probe")) is int:
@@ -294,6 +340,8 @@ def run_tests(code: str, tests: list[str], setup_code: str = "", limits: Sandbox
             whole_events.setdefault(event["test"], event)
         done = done or bool(event.get("done"))
         loaded = loaded or bool(event.get("loaded"))
+        if "aborted" in event:  # the harness ended the run: a stage went on after its alarm
+            run_error = run_error or ABORTED
     outcomes, messages, next_probe, next_whole = [], [], 0, 0
     for split in splits:
         if not loaded:  # the program never finished loading: no assert of it holds (not even `assert True`)
@@ -316,7 +364,14 @@ def run_tests(code: str, tests: list[str], setup_code: str = "", limits: Sandbox
     if not done and first_failure is None:
         first_failure = unfinished
     whole = [s.whole for s in splits]
+    first_failure = None if first_failure is None else printable(first_failure)
     return SandboxResult(passed, first_failure, run_error if not done else None, duration, outcomes, whole)
+
+
+def printable(text: str) -> str:
+    """``text`` with lone surrogates and control characters (NUL, terminal escapes) replaced by ``?``: a message from
+    the sandbox goes into prompts, tokenizers, logs and trajectory files, which may refuse them."""
+    return _UNPRINTABLE.sub("?", text.encode("utf-8", "replace").decode("utf-8"))
 
 
 def _whole_outcome(event: dict | None) -> tuple[str, str]:
@@ -386,10 +441,13 @@ def run_calls(code: str, calls: list[str], limits: SandboxLimits | None = None) 
     outcomes: list[tuple[str, object]] = [("not run", "")] * len(calls)
     for event in events:
         if "program_error" in event:
-            run_error = f"program error: {event['program_error']}"
+            run_error = f"program error: {printable(str(event['program_error']))}"
+        elif "aborted" in event:
+            run_error = run_error or ABORTED
         elif type(event.get("call")) is int and 0 <= event["call"] < len(calls):
             ok = bool(event.get("ok"))
-            outcomes[event["call"]] = ("ok", event.get("value")) if ok else ("error", str(event.get("msg", "")))
+            message = printable(str(event.get("msg", "")))
+            outcomes[event["call"]] = ("ok", event.get("value")) if ok else ("error", message)
     finished = any(event.get("done") for event in events)
     if not finished and run_error is None:
         run_error = "exited early"

@@ -139,8 +139,8 @@ def test_readme_is_a_users_guide():
 
 @pytest.mark.external  # git ls-files
 def test_entry_points_page_lists_every_entry_point_and_launcher():
-    """docs/ENTRY_POINTS.md is the one map: every module with a ``__main__`` block (but the sandbox's child, which the
-    sandbox runs as ``python -c``), every ``python -m`` module a tracked file shows, and every launcher script."""
+    """docs/ENTRY_POINTS.md is the one map: every module with a ``__main__`` block (but the sandbox's two stages, which
+    the sandbox runs as ``python -c``), every ``python -m`` module a tracked file shows, and every launcher script."""
     page = (REPO / "docs" / "ENTRY_POINTS.md").read_text(encoding="utf-8")
     listed = set(re.findall(r"`python -m ((?:agent_system|verl)(?:\.\w+)+)`", page))
     mains = {
@@ -148,7 +148,7 @@ def test_entry_points_page_lists_every_entry_point_and_launcher():
         for top in ("agent_system", "verl")
         for path in (REPO / top).rglob("*.py")
         if 'if __name__ == "__main__":' in path.read_text(encoding="utf-8")
-    } - {"agent_system.rewards.sandbox_harness"}
+    } - {"agent_system.rewards.sandbox_harness", "agent_system.rewards.sandbox_isolation"}
     module = re.compile(r"python -m ((?:agent_system|verl)(?:\.\w+)+)(?![.\w])")  # not a name cut by a line end
     shown = {m for name in _tracked_text_files() for m in module.findall((REPO / name).read_text(encoding="utf-8"))}
     missing = sorted((mains | shown) - listed)

@@ -16,9 +16,9 @@ import time
 
 import pytest
 
-from agent_system.rewards import compute_score
+from agent_system.rewards import code_sandbox, compute_score
 from agent_system.rewards.code_reward import execution_result, extract_code
-from agent_system.rewards.code_sandbox import SandboxLimits, isolation_mode, run_tests
+from agent_system.rewards.code_sandbox import SandboxLimits, _probe, isolation_mode, run_calls, run_tests
 
 pytestmark = pytest.mark.external  # the real sandbox: a subprocess per program
 
@@ -253,3 +253,84 @@ def test_execution_result_for_the_feedback_writer():
     assert execution_result("", tests, shown, ROOMY) == (
         "0 of 1 tests shown in the task passed. First failure: no code found in the response"
     )
+
+
+def _modes_with_private_folders() -> list[str]:
+    """The isolation modes that give a run its own /tmp and /dev/shm on this machine (root, and userns where the
+    kernel allows user namespaces); ``none`` has no mount namespace and cleans nothing up (docs/CODE_REWARD.md)."""
+    return [mode for mode in ("root", "userns") if (mode != "root" or isolation_mode() == "root") and _probe(mode)]
+
+
+PRIVATE_MODES = _modes_with_private_folders()
+SHM_KEY = 0x4D4C0000 + os.getpid() % 0x10000  # a System V shared-memory key the two runs agree on
+FILES = (
+    "import ctypes, errno, os\n"
+    "libc = ctypes.CDLL(None, use_errno=True)\n"
+    "def write(paths):\n    written = []\n"
+    "    for path in paths + [os.path.join(os.environ['TMPDIR'], 'handover')]:\n"
+    "        try:\n            with open(path, 'w') as handle:\n                handle.write('from the first run')\n"
+    "            os.chmod(path, 0o666)\n            written.append(path)\n"
+    "        except OSError:\n            pass\n"
+    f"    return written, libc.shmget({SHM_KEY}, 4096, 0o1000 | 0o666) >= 0\n"
+    "def read(paths):\n    found = []\n    for path in paths:\n"
+    "        try:\n            found.append(open(path).read())\n        except OSError:\n            pass\n"
+    f"    return found, libc.shmget({SHM_KEY}, 0, 0) >= 0\n"
+    "def fill(folder, size):\n    os.makedirs(os.path.join(folder, 'fill'), exist_ok=True)\n    count = 0\n"
+    "    try:\n        while count < 2000:\n"
+    "            with open(os.path.join(folder, 'fill', str(count)), 'wb') as handle:\n"
+    "                handle.write(b'x' * size)\n            count += 1\n        return count, 'no error'\n"
+    "    except OSError as exc:\n        return count, errno.errorcode[exc.errno]\n"
+    "def unmount():\n    return [libc.umount2(folder.encode(), 2) for folder in ('/tmp', '/dev/shm', os.getcwd())]\n"
+    "def open_many():\n    handles = []\n    try:\n        while len(handles) < 500:\n"
+    "            handles.append(open(os.devnull))\n        return 'no error'\n"
+    "    except OSError as exc:\n        return errno.errorcode[exc.errno]\n"
+)
+
+
+def _shm_keys() -> set[int]:
+    with open("/proc/sysvipc/shm") as handle:
+        return {int(line.split()[0]) for line in handle.readlines()[1:]}
+
+
+@pytest.mark.parametrize("mode", PRIVATE_MODES)
+def test_nothing_a_run_writes_outlives_it_or_reaches_the_next_run(mode, monkeypatch):
+    monkeypatch.setattr(code_sandbox, "isolation_mode", lambda: mode)
+    marker = f"mlmt_handover_{os.getpid()}_{time.monotonic_ns()}"
+    folders = [folder for folder in ("/tmp", "/var/tmp", "/dev/shm", "/run/lock") if os.path.isdir(folder)]
+    paths = [os.path.join(folder, marker) for folder in folders]
+    try:
+        (outcome,) = run_calls(FILES, [f"write({paths!r})"], ROOMY).outcomes
+        assert outcome[0] == "ok", outcome
+        written, shared_memory = outcome[1]
+        assert set(paths) < set(written) and shared_memory, outcome  # every write succeeded inside the sandbox
+        assert run_calls(FILES, ["unmount()"], ROOMY).outcomes == [
+            ("ok", [-1, -1, -1])
+        ]  # nor can it uncover the host's
+        (outcome,) = run_calls(FILES, [f"read({written!r})"], ROOMY).outcomes
+        assert outcome == ("ok", [[], False])  # the second run finds nothing of the first's
+        assert not [path for path in written if os.path.exists(path)]  # and nothing is left on the host
+        assert SHM_KEY not in _shm_keys()
+    finally:
+        for path in paths:
+            if os.path.exists(path):
+                os.remove(path)
+
+
+@pytest.mark.parametrize("mode", PRIVATE_MODES)
+def test_temporary_folders_files_and_open_files_are_bounded(mode, monkeypatch):
+    monkeypatch.setattr(code_sandbox, "isolation_mode", lambda: mode)
+    limits = SandboxLimits(timeout_s=60.0, per_test_s=30.0, tmp_mb=2, max_files=64, max_file_mb=1)
+    calls = ["fill('/tmp', 0)", "fill('/dev/shm', 0)", "fill(os.environ['TMPDIR'], 0)", "fill('/tmp', 500_000)",
+             "fill(os.environ['TMPDIR'], 1_500_000)", "open_many()"]  # fmt: skip
+    outcomes = run_calls(FILES, calls, limits).outcomes
+    assert all(kind == "ok" for kind, _ in outcomes), outcomes
+    for count, error in [value for _, value in outcomes[:3]]:
+        assert count < limits.max_files and error == "ENOSPC", outcomes  # files per folder
+    count, error = outcomes[3][1]
+    assert count * 500_000 <= limits.tmp_mb * 2**20 and error == "ENOSPC", outcomes  # bytes per folder
+    assert outcomes[4][1] == [0, "EFBIG"], outcomes  # bytes per file (RLIMIT_FSIZE)
+    assert outcomes[5][1] == "EMFILE", outcomes  # open files (RLIMIT_NOFILE)
+    for leftover in ("/tmp/fill", "/dev/shm/fill"):
+        if os.path.exists(leftover):  # the sandbox wrote to the host: clean up after the failed test
+            shutil.rmtree(leftover, ignore_errors=True)
+            pytest.fail(f"{leftover} was left on the host")
