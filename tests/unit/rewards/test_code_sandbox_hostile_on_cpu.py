@@ -8,7 +8,7 @@ The stage limit is short (0.5 s) and the wall-clock limit the default 12 s: a st
 (what a sleeping ``__str__`` did before this change) shows as a run of 12 s or more, and as the error ``"timeout"``.
 Measured with 1 s stages on 2 cores (``compute_score``, two tests): at most 0.07 s for the parse and encoding cases,
 1 to 2.3 s for those that sleep or compute (a stage each), 2 s when the program swallows the alarm, 4 s for a C loop
-(the parent's per-stage deadline); before: 12 s for each of the 10 stalls, and 8 programs raised RecursionError or
+(the parent's per-stage deadline); before: 12 s for each of 9 stalls, and 8 programs raised RecursionError or
 MemoryError out of ``compute_score`` and out of the execution result. The bound, two thirds of the wall-clock limit,
 leaves room for a heavily loaded machine.
 """
