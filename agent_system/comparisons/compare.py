@@ -38,7 +38,7 @@ import statistics
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from tqdm import tqdm
@@ -357,20 +357,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def budget_of(args: argparse.Namespace) -> Budget:
-    return Budget(
-        model=args.model,
-        steps=args.steps,
-        batch=args.batch,
-        n=args.n,
-        m=args.m,
-        lr=args.lr,
-        temperature=args.temperature,
-        optimizer_steps=args.optimizer_steps,
-        max_prompt_tokens=args.max_prompt_tokens,
-        max_tokens=args.max_tokens,
-        feedback_tokens=args.feedback_tokens,
-        train=args.train,
-    )
+    """The budget the options give (each field of :class:`Budget` is the option of its name)."""
+    return Budget(**{field.name: getattr(args, field.name) for field in fields(Budget)})
 
 
 def stop(message: str) -> None:
