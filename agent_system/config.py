@@ -295,6 +295,9 @@ def validate_config(config: DictConfig) -> None:
     _reject_inert_lora(config)
     _reject_inert_kl_loss_type(config)
     _reject_greedy_trained_level(config)
+    _reject_truncated_sampling(config)
+    _reject_unread_rollout_lengths(config)
+    _reject_unselected_reward_keys(config)
     if not has_hl(config):
         _check_without_hl(config)
     for level, policy in (("ll", config.actor_rollout_ref), ("hl", config.hl))[: 2 if has_hl(config) else 1]:
@@ -514,6 +517,63 @@ def level_nodes(config: DictConfig, level: str) -> list[int]:
     return [per_node] * (devices // per_node)
 
 
+@functools.cache
+def _mlmt_defaults() -> tuple[dict[str, object], dict[str, object]]:
+    """``{dotted key: value}`` of the YAML's ``mlmt`` section and of the CPU overlay's, unresolved (read once)."""
+    yaml = OmegaConf.to_container(OmegaConf.load(CONFIG_DIR / "mlmt_trainer.yaml").mlmt, resolve=False)
+    overlay = OmegaConf.to_container(OmegaConf.load(CPU_OVERLAY).get("mlmt", {}), resolve=False)
+    return _flat(yaml, "mlmt"), _flat(overlay, "mlmt")
+
+
+def _flat(value: object, prefix: str) -> dict[str, object]:
+    """``{dotted key: value}`` of every leaf under ``prefix`` of a plain container (a list is one leaf)."""
+    if not isinstance(value, dict):
+        return {prefix: value}
+    return {key: leaf for name, item in value.items() for key, leaf in _flat(item, f"{prefix}.{name}").items()}
+
+
+def set_away_from_default(config: DictConfig, keys: list[str]) -> list[str]:
+    """``key=value (default D)`` of each ``mlmt.*`` key of ``keys`` (a subtree stands for its leaves) that ``config``
+    sets to other than the YAML's default (or the CPU overlay's value, which a CPU run gets by default). Values are
+    compared unresolved, so an interpolated default (``${...}``) left alone is not "set". For the refusals of the
+    sub-keys of a method the config does not select (the method reads them only when selected)."""
+    defaults, overlay = _mlmt_defaults()
+    values = _flat(OmegaConf.to_container(config.mlmt, resolve=False), "mlmt")
+    return [
+        f"{leaf}={values.get(leaf)!r} (default {default!r})"
+        for key in keys
+        for leaf, default in defaults.items()
+        if (leaf == key or leaf.startswith(f"{key}."))
+        and values.get(leaf) != default
+        and (leaf not in overlay or values.get(leaf) != overlay[leaf])
+    ]
+
+
+def _reject_unselected_reward_keys(config: DictConfig) -> None:
+    """Refuse the HL reward's sub-keys set (away from the YAML's default) where the reward that reads them is not
+    selected: ``contrastive_lambda`` / ``contrastive_reference`` without ``hl_reward=contrastive``, and ``reg_gap``
+    (the lagged snapshot's refresh period) without the snapshot (contrastive with ``lagged_snapshot``)."""
+    reward, errors = config.mlmt.reward, []
+    contrastive = reward.hl_reward == "contrastive"
+    if not contrastive:
+        unread = set_away_from_default(config, ["mlmt.reward.contrastive_lambda", "mlmt.reward.contrastive_reference"])
+        if unread:
+            errors.append(
+                f"{', '.join(unread)} with mlmt.reward.hl_reward={reward.hl_reward}: only the contrastive HL reward "
+                "reads these keys, so they cannot act; unset them or set mlmt.reward.hl_reward=contrastive"
+            )
+    if not (contrastive and reward.contrastive_reference == "lagged_snapshot"):
+        unread = set_away_from_default(config, ["mlmt.reward.reg_gap"])
+        if unread:
+            errors.append(
+                f"{unread[0]} with mlmt.reward.hl_reward={reward.hl_reward}, contrastive_reference="
+                f"{reward.contrastive_reference}: reg_gap is the refresh period of the lagged LL snapshot, which only "
+                "hl_reward=contrastive with contrastive_reference=lagged_snapshot starts, so it cannot act; unset it"
+            )
+    if errors:
+        raise ConfigError("; ".join(errors))
+
+
 def _check_without_hl(config: DictConfig) -> None:
     """``mlmt.feedback=self|none`` has no HL: reject the knobs that would act only on one (or on a missing turn 3)."""
     mlmt, stages, feedback = config.mlmt, config.mlmt.stages, config.mlmt.feedback
@@ -534,7 +594,7 @@ def _check_without_hl(config: DictConfig) -> None:
             "mlmt.stages.beta_turn3": any(b > 0 for b in stages.beta_turn3),
             "mlmt.ll.turn3_group_by=attempt": mlmt.ll.turn3_group_by == "attempt",
             # refinements per attempt: 1, or the YAML's default left alone, is accepted
-            f"mlmt.m={mlmt.m}": mlmt.m not in (1, OmegaConf.load(CONFIG_DIR / "mlmt_trainer.yaml").mlmt.m),
+            f"mlmt.m={mlmt.m}": mlmt.m != 1 and bool(set_away_from_default(config, ["mlmt.m"])),
         }
         set_keys = [key for key, is_set in turn3_knobs.items() if is_set]
         if set_keys:
@@ -614,6 +674,62 @@ def _reject_greedy_trained_level(config: DictConfig) -> None:
                 f"{key}={temperature} with a trained {level.upper()} (it has planned updates): its log-probs are "
                 "taken at this temperature, and at 0 verl gives every sampled token log-prob 0 and gradient 0, so the "
                 f"level would train on nothing; set {key} > 0 (1.0: the policy itself) or mlmt.{level}.freeze=true"
+            )
+    if errors:
+        raise ConfigError("; ".join(errors))
+
+
+# vLLM's (and the hf server's) values that keep every token: top_k -1 or 0, top_p 1 (verl's defaults: -1, 1)
+FULL_TOP_K, FULL_TOP_P = (-1, 0), 1.0
+
+
+def _reject_truncated_sampling(config: DictConfig) -> None:
+    """Reject ``<tree>.rollout.top_k`` / ``top_p`` that truncate sampling on a level that updates. The servers sample
+    from the truncated distribution, but the level's log-probs (old, new and reference) are taken on the full
+    softmax at the rollout temperature, so every update would be off-policy with no correction. A frozen level only
+    samples, so there they may act; ``mlmt.allow_truncated_sampling=true`` accepts them knowingly. Validation decodes
+    greedily whatever they are."""
+    if config.mlmt.allow_truncated_sampling:
+        return
+    errors = []
+    for level, reason in frozen_reasons(config).items():
+        tree = POLICY_TREES[level]
+        rollout = config[tree].rollout
+        truncating = [f"{tree}.rollout.top_k={rollout.top_k}"] if rollout.top_k not in FULL_TOP_K else []
+        truncating += [f"{tree}.rollout.top_p={rollout.top_p}"] if rollout.top_p != FULL_TOP_P else []
+        if truncating and not reason:
+            errors.append(
+                f"{', '.join(truncating)} with a trained {level.upper()} (it has planned updates): the rollout would "
+                "sample from the truncated distribution while the level's log-probs, PPO ratio and KL are taken on "
+                "the full one at the rollout temperature, an off-policy update without correction; leave "
+                f"{tree}.rollout.top_k=-1 and top_p=1.0 (tune {tree}.rollout.temperature instead), freeze the level "
+                f"(mlmt.{level}.freeze=true), or accept it with mlmt.allow_truncated_sampling=true"
+            )
+    if errors:
+        raise ConfigError("; ".join(errors))
+
+
+def _reject_unread_rollout_lengths(config: DictConfig) -> None:
+    """Refuse rollout lengths that would size a server's context unlike the budgets the trainer uses.
+
+    A rollout server's context is ``<tree>.rollout.prompt_length + response_length`` (``max_model_len`` when unset),
+    while the trainer fits every prompt to ``data.max_prompt_length`` and asks the LL for up to
+    ``data.max_response_length`` tokens per turn (the HL for ``hl.rollout.response_length``, its feedback budget).
+    Both levels' ``prompt_length`` and the LL's ``response_length`` follow the data keys unless set; set otherwise, a
+    smaller value starts a server that cannot hold the rows (a smaller response budget is not what it does)."""
+    data, errors = config.data, []
+    lengths = {"actor_rollout_ref.rollout.response_length": ("data.max_response_length", data.max_response_length)}
+    for tree in POLICY_TREES.values() if has_hl(config) else ("actor_rollout_ref",):
+        lengths[f"{tree}.rollout.prompt_length"] = ("data.max_prompt_length", data.max_prompt_length)
+    for key, (budget_key, budget) in lengths.items():
+        value = OmegaConf.select(config, key)
+        if value != budget:
+            errors.append(
+                f"{key}={value} with {budget_key}={budget}: the trainer's budget is {budget_key}, and this key only "
+                f"sizes the level's rollout server (its context is prompt_length + response_length), so it cannot "
+                f"change the budget and would start a server unlike the rows; unset it (it follows {budget_key}) and "
+                f"set {budget_key}"
+                + (" (the HL's feedback budget is hl.rollout.response_length)" if "response" in key else "")
             )
     if errors:
         raise ConfigError("; ".join(errors))

@@ -33,6 +33,8 @@ BYPASSED_VERL_KEYS = {
     "algorithm.pf_ppo": _NOTHING,
     "algorithm.rollout_correction": "nothing: rollout importance-sampling corrections are not applied",
     "trainer.critic_warmup": "nothing: critics and actors update from step 1 (mlmt.schedule says which level updates)",
+    "trainer.balance_batch": "nothing: each level's rows are always balanced over its ranks by length "
+    "(agent_system/levels/balance.py); leave it true",
     "trainer.val_only": "the evaluation scripts (docs/EVALUATION.md), or trainer.total_training_steps",
     "trainer.log_val_generations": "nothing: validation episodes are written to <run>/trajectories/val_step_N.jsonl",
     "trainer.rollout_data_dir": "mlmt.trajectories_per_step (episodes written to <run>/trajectories/step_N.jsonl)",
@@ -64,6 +66,8 @@ BYPASSED_VERL_KEYS = {
     f"{POLICY}.rollout.agent.default_agent_loop": "the trainer's episode runner (agent_system/multi_turn_rollout)",
     f"{POLICY}.rollout.agent.agent_loop_config_path": "the trainer's episode runner (agent_system/multi_turn_rollout)",
     f"{POLICY}.rollout.calculate_log_probs": _NOTHING,
+    f"{POLICY}.rollout.moe_load_balance_metrics_interval": _NOTHING,
+    "ray_kwargs.timeline_json_file": _NOTHING,
     "custom_reward_function": "the task's reward (agent_system/rewards; mlmt.reward)",
     "reward_model": "the task's reward (agent_system/rewards; mlmt.reward)",
     "reward.custom_reward_function": "the task's reward (agent_system/rewards; mlmt.reward)",

@@ -4,9 +4,11 @@ Two runs, ``mlmt.value_shaping.value_grad=stop`` and ``=full``, 2 steps each (hf
 symmetric reward R ∈ {−1, +1}; 12 solver rows, more than one critic mini-batch of 6, so each critic update takes
 two optimizer steps, each with its own full-grad term, whose scale is unit-tested in
 tests/unit/methods/test_value_shaping_shaping_on_cpu.py), made reproducible across runs: greedy decoding (``top_k=1`` at
-temperature 1, so log-probs stay those of the sampled policy; the hf server's sampling depends on how concurrent
-requests are batched) and a critic checkpoint with a saved value head (verl would initialise a missing one from an
-unseeded RNG). The variants differ where they should and only there:
+temperature 1, accepted on trained levels with ``mlmt.allow_truncated_sampling=true``: the log-probs stay those of
+the full distribution at temperature 1, which the full-grad term's weights need, where a temperature near 0 makes them
+all 0; the hf server's sampling depends on how concurrent requests are batched) and a critic checkpoint with a saved
+value head (verl would initialise a missing one from an unseeded RNG). The variants differ where they should and only
+there:
 
 * step 1: the same episodes, the same V (the critic's pre-update weights), so the same solver and HL advantages;
   the critic's extra loss term (the HL objective's gradient into V) is 0 with stop-grad and non-zero with
@@ -75,6 +77,7 @@ def _run(tiny_models, critic_path, tmp_path, value_grad: str) -> dict[int, dict[
             "critic.ppo_mini_batch_size=6",  # 12 solver rows: two critic steps per update (issue 16, item 4)
             "actor_rollout_ref.rollout.top_k=1",
             "hl.rollout.top_k=1",
+            "mlmt.allow_truncated_sampling=true",  # off-policy by design here: sampling greedy, log-probs at T = 1
         ],
         timeout=600,
     )

@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from agent_system.config import set_away_from_default
 from agent_system.trainer.advantages import register_value_estimator
 from agent_system.trainer.hooks import Extension
 
@@ -86,6 +87,14 @@ def config_errors(config, frozen: dict[str, str]) -> list[str]:
             f"invalid {bad}: gamma in [0, 1]; batch_size, buffer_size, micro_batch_size, updates_per_step, "
             "target_refresh_every >= 1; lr, max_grad_norm > 0; num_gpus >= 0"
         )
+    if mlmt.ll.adv_estimator != NAME:
+        unread = set_away_from_default(config, ["mlmt.archer"])
+        if unread:
+            errors.append(
+                f"{', '.join(unread)} with mlmt.ll.adv_estimator={mlmt.ll.adv_estimator}: mlmt.archer configures "
+                "ArCHer's utterance critic, which only mlmt.ll.adv_estimator=archer starts, so they cannot act; unset "
+                "them or select ArCHer"
+            )
     if mlmt.ll.adv_estimator == NAME:
         if frozen["ll"]:
             errors.append(

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from agent_system.config import set_away_from_default
 from agent_system.trainer.hooks import Extension
 
 
@@ -98,10 +99,17 @@ def confidence_terms(trainer: Any, problems: list[dict], episodes: list, rows) -
 
 
 def config_errors(config, frozen: dict[str, str]) -> list[str]:
-    """``mlmt.reward.confidence_lambda`` / ``confidence_clip`` in range, and the term only where the HL trains."""
+    """``mlmt.reward.confidence_lambda`` / ``confidence_clip`` in range, the clip set only with the term on, and the
+    term only where the HL trains."""
     reward = config.mlmt.reward
     if reward.confidence_lambda < 0 or reward.confidence_clip <= 0:
         return ["mlmt.reward.confidence_lambda must be >= 0 and mlmt.reward.confidence_clip > 0"]
+    unread = [] if reward.confidence_lambda > 0 else set_away_from_default(config, ["mlmt.reward.confidence_clip"])
+    if unread:
+        return [
+            f"{unread[0]} with mlmt.reward.confidence_lambda=0: the clip of the confidence term, which λ = 0 turns "
+            "off, so it cannot act; unset it or set confidence_lambda > 0"
+        ]
     if reward.confidence_lambda > 0 and config.mlmt.feedback == "model" and frozen["hl"]:
         return [
             f"mlmt.reward.confidence_lambda={reward.confidence_lambda} with {frozen['hl']}: the confidence term is "

@@ -41,6 +41,7 @@ import numpy as np
 import torch
 
 from agent_system import verl_compat as vc
+from agent_system.config import set_away_from_default
 
 VALUE_GRADS = ("stop", "full")
 HL_LOG_PROB_WEIGHT = "hl_log_prob_weight"  # per critic row: w on turn-3 rows, 0 elsewhere (full-grad)
@@ -196,6 +197,11 @@ def config_errors(config: Any, frozen: dict[str, str]) -> list[str]:
                 "mlmt.value_shaping.value_grad=full adds the HL objective's term to the critic's update, which runs "
                 "with the solver's: both levels must update every step (mlmt.schedule.tH=1, mlmt.schedule.tL=1)"
             )
+    if not shaped:  # value_coef is c of the shaped HL reward R3 + c·V, read by nothing else
+        errors += [
+            f"{key} acts only with mlmt.reward.hl_reward=value_shaped (c in R3 + c·V(x, z, g)); unset it"
+            for key in set_away_from_default(config, ["mlmt.value_shaping.value_coef"])
+        ]
     if shaping.symmetric_reward and not (baseline or shaped):
         errors.append(
             "mlmt.value_shaping.symmetric_reward=true acts only with mlmt.ll.adv_estimator=value_baseline or "
