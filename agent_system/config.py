@@ -40,6 +40,7 @@ CHOICES = {
     "mlmt.ll.turn3_group_by": ("problem", "attempt"),
     "mlmt.reward.contrastive_reference": CONTRASTIVE_REFERENCES,
     "mlmt.stages.kl_in": KL_IN,
+    "mlmt.stages.returns": ("progress", "score"),
     "mlmt.dataset.max_difficulty": (1, 2, 3),
     "trainer.resume_mode": ("auto", "disable", "resume_path"),
 }
@@ -288,6 +289,11 @@ def validate_config(config: DictConfig) -> None:
         raise ConfigError(f"mlmt.stages.schedule must start at 0 and increase (got {list(stages.schedule)})")
     if any(s not in (1, 2) for s in stages.stage_ids):
         raise ConfigError(f"mlmt.stages.stage_ids must contain 1 or 2 (got {list(stages.stage_ids)})")
+    if stages.returns == "score" and (2 not in stages.stage_ids or mlmt.feedback == "none"):
+        raise ConfigError(
+            f"mlmt.stages.returns=score shapes the returns of a stage II (mlmt.stages.stage_ids) of a two-turn run; "
+            f"this run has stage_ids={list(stages.stage_ids)}, mlmt.feedback={mlmt.feedback}: leave it at progress"
+        )
     _reject_bypassed_verl_keys(config)
     _reject_inert(config)
     _reject_inert_torch_compile(config)

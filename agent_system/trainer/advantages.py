@@ -54,6 +54,7 @@ class Stage:
     beta_turn2: float
     beta_turn3: float
     alpha: float
+    returns: str = "progress"  # mlmt.stages.returns: how α enters the stage-II returns (turn1/turn3_task_rewards)
 
 
 def stage_at(stages_config, step: int) -> tuple[int, Stage]:
@@ -69,12 +70,14 @@ def stage_at(stages_config, step: int) -> tuple[int, Stage]:
         beta_turn2=float(stages_config.beta_turn2[index]),
         beta_turn3=float(stages_config.beta_turn3[index]),
         alpha=float(stages_config.alpha[index]),
+        returns=str(stages_config.get("returns", Stage.returns)),  # a stages section written without it: the default
     )
 
 
 def turn1_task_rewards(r1: np.ndarray, r3_mean: np.ndarray, stage: Stage) -> np.ndarray:
     """Turn-1 task reward: none in stage I (the turn only gets its −β·KL); in stage II R1 plus the progress bonus
-    α(R̄3 − R1), ``r3_mean`` = R̄3 the mean R3 of the attempt's refinements.
+    α(R̄3 − R1), ``r3_mean`` = R̄3 the mean R3 of the attempt's refinements; with ``mlmt.stages.returns=score``
+    SCoRe's episode return (1 − α)R1 + (1 + α)R̄3.
 
     As in SCoRe, whose stage-II bonus is credited to the first attempt's tokens too: the attempt is the only action
     the −αR1 part can act on (on turn 3 R1 is part of the state, so −αR1 has zero expected gradient there;
@@ -82,13 +85,19 @@ def turn1_task_rewards(r1: np.ndarray, r3_mean: np.ndarray, stage: Stage) -> np.
     """
     if stage.stage_id == 1:
         return np.zeros_like(r1, dtype=np.float64)
-    return r1 + stage.alpha * (np.asarray(r3_mean, dtype=np.float64) - r1)
+    r3_mean = np.asarray(r3_mean, dtype=np.float64)
+    if stage.returns == "score":  # SCoRe's episode return, credited to the first attempt too
+        return (1 - stage.alpha) * r1 + (1 + stage.alpha) * r3_mean
+    return r1 + stage.alpha * (r3_mean - r1)
 
 
 def turn3_task_rewards(r1_of_attempt: np.ndarray, r3: np.ndarray, stage: Stage) -> np.ndarray:
     """Turn-3 task reward: R3, plus the progress bonus α(R3 − R1) in stage II (a (1 + α) scale of R3 in expectation:
-    R1 is fixed in the turn-3 state)."""
+    R1 is fixed in the turn-3 state). With ``returns=score``, SCoRe's stage-II episode return (1 − α)R1 + (1 + α)R3
+    (Kumar et al. 2024: R1 + R2 + α(R2 − R1)), the same expected gradient with R1 in the return."""
     reward = r3.astype(np.float64)
+    if stage.stage_id == 2 and stage.returns == "score":
+        return (1 - stage.alpha) * r1_of_attempt + (1 + stage.alpha) * reward
     if stage.stage_id == 2:
         reward = reward + stage.alpha * (r3 - r1_of_attempt)
     return reward

@@ -17,6 +17,6 @@ source "$(dirname "${BASH_SOURCE[0]}")/../../mlmt-configs/experiment_common.sh"
 mlmt_run "${SOLVER_ONLY[@]}" "${MATH[@]}" "${LATER[@]}" \
   mlmt.feedback=self \
   mlmt.ll.adv_estimator=reinforce mlmt.n=1 mlmt.m=1 \
-  "${SCORE_STAGES[@]}" \
+  "${SCORE_STAGES[@]}" mlmt.stages.returns=score \
   trainer.project_name=mlmt_baselines trainer.experiment_name=score \
   "$@"

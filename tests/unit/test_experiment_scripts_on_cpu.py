@@ -180,6 +180,7 @@ RECIPES = {
         "mlmt.stages.schedule": [0, 250],
         "mlmt.stages.beta_turn1": [0.1, 0.01],
         "mlmt.stages.alpha": [0.0, 10.0],
+        "mlmt.stages.returns": "score",  # SCoRe's own episode return
         "trainer.total_training_steps": 500,
     },
     "recipes/rl_guided_score/run_rl_guided_score.sh": {

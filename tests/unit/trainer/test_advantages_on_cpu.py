@@ -40,6 +40,35 @@ def test_turn3_stage_two_adds_progress_bonus():
     np.testing.assert_allclose(adv.turn3_task_rewards(R1, R3, STAGE_II), [1.5, 1.0, 0.0, -0.5])
 
 
+def test_score_returns_are_score_s_episode_return_on_both_turns():
+    """mlmt.stages.returns=score: (1 − α)R1 + (1 + α)R3 on turn 3 and (1 − α)R1 + (1 + α)R̄3 on turn 1 (SCoRe's
+    R1 + R2 + α(R2 − R1)); stage I is unchanged."""
+    import dataclasses
+
+    score = dataclasses.replace(STAGE_II, returns="score")
+    alpha = STAGE_II.alpha
+    np.testing.assert_allclose(adv.turn3_task_rewards(R1, R3, score), (1 - alpha) * R1 + (1 + alpha) * R3)
+    np.testing.assert_allclose(adv.turn1_task_rewards(R1, R3, score), (1 - alpha) * R1 + (1 + alpha) * R3)
+    stage_one = dataclasses.replace(STAGE_I, returns="score")
+    np.testing.assert_allclose(adv.turn1_task_rewards(R1, R3, stage_one), np.zeros(4))
+    np.testing.assert_allclose(adv.turn3_task_rewards(R1, R3, stage_one), R3)
+
+
+def test_score_returns_are_read_from_the_config_and_refused_where_inert():
+    from agent_system.config import ConfigError, compose_config
+    from agent_system.launcher.main import check_config
+
+    staged = ["mlmt.stages.schedule=[0,2]", "mlmt.stages.stage_ids=[1,2]", "mlmt.stages.alpha=[0.0,10.0]"]
+    staged += [f"mlmt.stages.{key}=[0.0,0.0]" for key in ("beta_turn1", "beta_turn2", "beta_turn3")]
+    config = compose_config([*staged, "mlmt.stages.returns=score"])
+    check_config(config)
+    assert adv.stage_at(config.mlmt.stages, 2)[1].returns == "score"
+    with pytest.raises(ConfigError, match=r"mlmt.stages.returns=score shapes the returns of a stage II"):
+        check_config(compose_config(["mlmt.stages.returns=score", "mlmt.stages.stage_ids=[1]"]))
+    with pytest.raises(ConfigError, match=r"mlmt.stages.returns='scor': choose one of"):
+        check_config(compose_config(["mlmt.stages.returns=scor"]))
+
+
 def test_kl_coefficients_by_turn_and_stage():
     turns = np.array([1, 2, 3])
     np.testing.assert_allclose(adv.kl_coefficients(turns, STAGE_I), [0.7, 0.9, 0.2])  # β2, β_H, β_L
