@@ -126,6 +126,60 @@ def _compose_afresh(config_name: str, overrides: list[str]) -> DictConfig:
         return compose(config_name, overrides=overrides)
 
 
+# maps handed on whole to another library (vLLM's engine arguments, a model's HF config, Ray's runtime environment) or
+# read by name (prompt templates): a key added under one of these is read, whatever its name
+OPEN_MAPS = ("engine_kwargs", "override_config", "runtime_env", "prompts.overrides")
+# keys verl reads that its YAML (and so the composed config) leaves out: given with '+' (docs/LORA.md)
+ABSENT_BUT_READ = ("actor.checkpoint.save_lora_only",)
+
+
+def reject_unknown_keys(user_overrides: list[str], config_name: str = "mlmt_trainer") -> None:
+    """Refuse an override that adds a key (``+a.b=v``, ``++a.b=v``) or a config group (``+group=option``) the
+    config does not have, outside :data:`OPEN_MAPS`: nothing reads it, so the run would go on as if it were not given
+    (Hydra's hint for a misspelt key is to add ``+``). The message suggests the nearest existing key.
+
+    Raises:
+        ConfigError: An unknown key or group; names the override and, where one is close, the key meant.
+    """
+    import difflib
+
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    defaults = pickle.loads(_composed_without_overrides(config_name))
+    for override in OverridesParser.create().parse_overrides(user_overrides):
+        if not (override.is_add() or override.is_force_add()):
+            continue
+        key = override.key_or_group
+        parent, _, _ = key.rpartition(".")
+        if OmegaConf.select(defaults, key, default=_ABSENT) is not _ABSENT:
+            continue
+        if any(f".{name}." in f".{parent}." for name in OPEN_MAPS) or key.endswith(ABSENT_BUT_READ):
+            continue
+        known = _leaf_keys(OmegaConf.to_container(defaults, resolve=False)) if "." in key else list(defaults)
+        close = difflib.get_close_matches(key.lower(), [k.lower() for k in known], n=1, cutoff=0.75)
+        meant = next((k for k in known if close and k.lower() == close[0]), None)
+        what = "a key" if "." in key else "a section"
+        raise ConfigError(
+            f"{override.input_line}: {key} is not {what} of the config, so nothing would read it"
+            + (f"; did you mean {meant}? (set it without '+': {meant}={override.value()})" if meant else "")
+            + " (python -m verl.trainer.main_mlmt --cfg job prints every key)"
+        )
+
+
+_ABSENT = object()
+
+
+def _leaf_keys(node: object, prefix: str = "") -> list[str]:
+    """The dotted paths of every key of a plain config tree (sections and leaves)."""
+    if not isinstance(node, dict):
+        return []
+    keys = []
+    for name, value in node.items():
+        path = f"{prefix}.{name}" if prefix else str(name)
+        keys += [path, *_leaf_keys(value, path)]
+    return keys
+
+
 def upgrade_deprecated_keys(config: DictConfig) -> None:
     """Move the values of the deprecated ``mlmt.stages`` keys a config sets to the keys that replaced them, in place.
 

@@ -57,7 +57,7 @@ def user_errors() -> tuple[type[Exception], ...]:
 def prepare_config(config: DictConfig, user_overrides: list[str]) -> DictConfig:
     """CPU overlay, model paths resolved to local folders, the default dataset, then validation."""
     from agent_system import verl_plugin
-    from agent_system.config import ConfigError, apply_hardware_overlay
+    from agent_system.config import ConfigError, apply_hardware_overlay, reject_unknown_keys
     from agent_system.data.default_dataset import ensure_default_dataset
 
     if not verl_plugin.LOADED:
@@ -67,6 +67,7 @@ def prepare_config(config: DictConfig, user_overrides: list[str]) -> DictConfig:
             "no GPU is visible and the CPU backend is not active (VERL_PLATFORM is set to "
             f"{os.environ.get('VERL_PLATFORM')!r}); unset VERL_PLATFORM or set VERL_PLATFORM=cpu"
         )
+    reject_unknown_keys(user_overrides)
     config = apply_hardware_overlay(config, user_overrides)
     with open_dict(config):
         resolve_model_paths(config)
