@@ -439,6 +439,36 @@ def build_trainer(config: DictConfig):
     return trainer
 
 
+WANDB_OFFLINE_MODES = ("offline", "disabled", "dryrun")
+
+
+def check_loggers(loggers: list[str], environ) -> None:
+    """Before any worker starts: a ``wandb`` logger needs a W&B key (``WANDB_API_KEY``, or the ``api.wandb.ai`` entry
+    ``wandb login`` writes to ``~/.netrc``) or an offline mode (``WANDB_MODE=offline``); without one, W&B would stop
+    the run at its first log, after the workers and servers started (minutes on a cluster).
+
+    Raises:
+        ConfigError: ``wandb`` without a key or an offline mode; names the key and the three ways out.
+    """
+    import netrc
+
+    from agent_system.config import ConfigError
+
+    if "wandb" not in loggers or environ.get("WANDB_API_KEY") or environ.get("WANDB_MODE") in WANDB_OFFLINE_MODES:
+        return
+    try:
+        netrc_path = os.path.join(environ.get("HOME", os.path.expanduser("~")), ".netrc")
+        if netrc.netrc(netrc_path).authenticators("api.wandb.ai"):
+            return
+    except (FileNotFoundError, netrc.NetrcParseError):
+        pass
+    raise ConfigError(
+        f"trainer.logger={loggers} logs to W&B, but no W&B key is set: export WANDB_API_KEY (or run `wandb login`), "
+        "or WANDB_MODE=offline to log locally (wandb sync later), or leave wandb out of trainer.logger (the "
+        "experiment scripts: LOGGER='[console,tensorboard]')"
+    )
+
+
 def run_mlmt(config: DictConfig) -> None:
     """Entry of ``python -m verl.trainer.main_mlmt``: the run plan, then train and log a short summary.
 
@@ -463,6 +493,7 @@ def run_mlmt(config: DictConfig) -> None:
         preflight(config)  # logged in full on the console
         STOP_REQUEST.uninstall()
         return
+    check_loggers(list(config.trainer.logger), os.environ)
     try:
         with RunConsole(out_dir) as run_console:
             _train(config, run_console)
