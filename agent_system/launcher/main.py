@@ -82,6 +82,8 @@ def prepare_config(config: DictConfig, user_overrides: list[str]) -> DictConfig:
             )
             config.data.train_files, config.data.val_files = train, val
     check_config(config)
+    if verl_plugin.CPU_BACKEND_ACTIVE:
+        refuse_cpu_fallback_in_a_job(config, os.environ)
     from agent_system.launcher.gpu_checks import prepare_devices
     from agent_system.launcher.plan import refuse_small_mini_batches
 
@@ -89,6 +91,36 @@ def prepare_config(config: DictConfig, user_overrides: list[str]) -> DictConfig:
 
     prepare_devices(config, user_overrides)  # device settings and checks (attention, vLLM memory, driver, ...)
     return config
+
+
+CPU_MODEL_LIMIT = 1_000_000_000  # parameters: a model this large is a GPU run's, never a CPU fallback's
+
+
+def refuse_cpu_fallback_in_a_job(config: DictConfig, environ) -> None:
+    """Inside a Slurm job, a run on the CPU backend (no GPU visible) with a model of a billion parameters or more is a
+    GPU job that got no GPU (an sbatch without --gpus-per-node): refuse it rather than train for days on CPUs.
+
+    Raises:
+        ConfigError: Names the job, the model and how to request GPUs.
+    """
+    from agent_system.config import POLICY_TREES, ConfigError, has_hl
+    from agent_system.launcher.memory_estimate import MemoryUnavailable, read_shape
+
+    job = environ.get("SLURM_JOB_ID")
+    if not job:
+        return
+    for level in ("ll", "hl") if has_hl(config) else ("ll",):
+        key = f"{POLICY_TREES[level]}.model.path"
+        try:
+            parameters = read_shape(OmegaConf.select(config, key), key).parameters
+        except MemoryUnavailable:
+            continue
+        if parameters >= CPU_MODEL_LIMIT:
+            raise ConfigError(
+                f"Slurm job {job} sees no GPU, so the run would train {key} ({parameters / 1e9:.1f}B parameters) on "
+                "the CPU backend: request GPUs (sbatch --gpus-per-node=N, or your cluster's --gres=gpu:N) and check "
+                "that CUDA_VISIBLE_DEVICES reaches the job"
+            )
 
 
 def check_config(config: DictConfig) -> None:
