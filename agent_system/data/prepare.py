@@ -179,6 +179,10 @@ _OUTPUTS = (
 )
 
 
+class DataFileMissing(FileNotFoundError):
+    """A data file a run names does not exist; the message says how to make it (:func:`how_to_make`)."""
+
+
 def how_to_make(path: str) -> str:
     """How to make a missing data file: this module's command when it writes a file of that name (``DIR`` the
     folder it writes to), else the preprocessor's; the hub command too where one preprocessor call makes it."""

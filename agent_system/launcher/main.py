@@ -47,11 +47,12 @@ def user_errors() -> tuple[type[Exception], ...]:
     message alone (it names the bad input), not a stack trace."""
     from agent_system.config import ConfigError
     from agent_system.data.heldout import TrainOnTestSplitError
+    from agent_system.data.prepare import DataFileMissing
     from agent_system.data.yaml_task import YamlTaskError
     from agent_system.models.adapter import AdapterError
     from agent_system.models.resolve import ModelPathError
 
-    return ConfigError, ModelPathError, AdapterError, TrainOnTestSplitError, YamlTaskError
+    return ConfigError, ModelPathError, AdapterError, TrainOnTestSplitError, YamlTaskError, DataFileMissing
 
 
 def prepare_config(config: DictConfig, user_overrides: list[str]) -> DictConfig:
@@ -155,16 +156,14 @@ def _critic_loss(extensions: list, level: str):
 
 
 def _read_frame(path: str | None) -> pd.DataFrame | None:
-    from agent_system.data.prepare import how_to_make
+    from agent_system.data.prepare import DataFileMissing, how_to_make
 
     if not path:
         return None
     paths = list(path) if not isinstance(path, str) else [path]
     for p in paths:
         if not Path(os.path.expanduser(p)).is_file():
-            raise FileNotFoundError(
-                f"data file {p} does not exist (data.train_files / data.val_files): {how_to_make(p)}"
-            )
+            raise DataFileMissing(f"data file {p} does not exist (data.train_files / data.val_files): {how_to_make(p)}")
     return pd.concat([pd.read_parquet(os.path.expanduser(p)) for p in paths], ignore_index=True)
 
 

@@ -82,10 +82,12 @@ def test_how_to_make_each_data_file():
 
 
 def test_trainer_missing_data_file_says_how_to_make_it(tmp_path):
-    from agent_system.launcher.main import _read_frame
+    """... in one line: the entry point prints a user error's message alone (was: a 12-line traceback)."""
+    from agent_system.launcher.main import _read_frame, user_errors
 
-    with pytest.raises(FileNotFoundError, match="data.train_files / data.val_files.*prepare_all.sh"):
+    with pytest.raises(FileNotFoundError, match="data.train_files / data.val_files.*prepare_all.sh") as raised:
         _read_frame(str(tmp_path / "data" / "gsm8k" / "train.parquet"))
+    assert isinstance(raised.value, user_errors())
 
 
 @pytest.mark.external
