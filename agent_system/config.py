@@ -121,7 +121,10 @@ def _composed_without_overrides(config_name: str) -> bytes:
 
 def _compose_afresh(config_name: str, overrides: list[str]) -> DictConfig:
     from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
 
+    if GlobalHydra.instance().is_initialized():  # inside the entry point's @hydra.main, whose search path is CONFIG_DIR
+        return compose(config_name, overrides=overrides)
     with initialize_config_dir(str(CONFIG_DIR), version_base=None):
         return compose(config_name, overrides=overrides)
 

@@ -45,3 +45,16 @@ def test_keys_under_open_maps_and_verl_s_absent_keys_are_accepted(tmp_path):
         tmp_path,
     )
     assert config.actor_rollout_ref.rollout.engine_kwargs.vllm.max_num_batched_tokens == 4096 and config.mlmt.n == 3
+
+
+def test_the_check_runs_inside_the_entry_point_s_hydra(tmp_path):
+    """The entry point's @hydra.main has initialised Hydra when the check composes the defaults: it must use that
+    instance (was: "GlobalHydra is already initialized" on every run through the entry point)."""
+    from hydra import initialize_config_dir
+
+    from agent_system import config as config_module
+
+    config_module._composed_without_overrides.cache_clear()  # composed afresh, under the initialised instance
+    with initialize_config_dir(str(config_module.CONFIG_DIR), version_base=None):
+        with pytest.raises(ConfigError, match=r"did you mean mlmt.schedule.tL\?"):
+            _prepare(["+mlmt.schedule.tl=15"], tmp_path)
