@@ -151,6 +151,7 @@ def test_sbatch_two_nodes_time_limit_warning_checkpoints_requeues_and_resumes(sl
         f"trainer.total_training_steps={TOTAL_STEPS}",
         "trainer.val_before_train=false",
         "trainer.test_freq=-1",
+        "trainer.keep_best=null",  # the scripts keep the best validation step's checkpoint; this run never validates
         "trainer.save_freq=-1",  # the only checkpoint is the one the stop request writes
         "data.train_batch_size=2",
         "data.max_prompt_length=768",
