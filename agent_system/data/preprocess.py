@@ -3,18 +3,18 @@
 Usage::
 
     # from local files (a JSONL/parquet file or a folder holding them)
-    python -m agent_system.data.preprocess --dataset math --input /work/shared/data/math --split train \
+    python -m agent_system.data.preprocess --dataset math --input LOCAL_DATA_DIR/math --split train \
         --output data/math/train.parquet
-    python -m agent_system.data.preprocess --dataset math500 --input /work/shared/data/math500 \
+    python -m agent_system.data.preprocess --dataset math500 --input LOCAL_DATA_DIR/math500 \
         --output data/math500/test.parquet
-    python -m agent_system.data.preprocess --dataset gsm8k --input /work/shared/data/gsm8k/test.jsonl \
+    python -m agent_system.data.preprocess --dataset gsm8k --input LOCAL_DATA_DIR/gsm8k/test.jsonl \
         --output data/gsm8k/test.parquet
     # GSM8K with 5 solved train examples before each question (recipes/reinforce_kl; agent_system/envs/gsm8k.py)
-    python -m agent_system.data.preprocess --dataset gsm8k --input /work/shared/data/gsm8k/test.jsonl \
-        --few-shot 5 --few-shot-pool /work/shared/data/gsm8k/train.jsonl --output data/gsm8k_5shot/test.parquet
-    python -m agent_system.data.preprocess --dataset mbpp --input /work/shared/data/mbpp --split test \
+    python -m agent_system.data.preprocess --dataset gsm8k --input LOCAL_DATA_DIR/gsm8k/test.jsonl \
+        --few-shot 5 --few-shot-pool LOCAL_DATA_DIR/gsm8k/train.jsonl --output data/gsm8k_5shot/test.parquet
+    python -m agent_system.data.preprocess --dataset mbpp --input LOCAL_DATA_DIR/mbpp --split test \
         --output data/mbpp/test.parquet
-    python -m agent_system.data.preprocess --dataset mbpp_sanitized --input /work/shared/data/mbpp \
+    python -m agent_system.data.preprocess --dataset mbpp_sanitized --input LOCAL_DATA_DIR/mbpp \
         --output data/mbpp_sanitized/all.parquet
     # a task defined in YAML (recurve's format, agent_system/data/yaml_task.py); --split labels the rows (default train)
     python -m agent_system.data.preprocess --dataset yaml --input recipes/custom_yaml/arith_words.yaml \
