@@ -164,7 +164,7 @@ def shared_overrides(budget: Budget, run_dir: Path, seed: int) -> list[str]:
     ]
 
 
-def turn_overrides(config: DictConfig, budget: Budget, steps: int) -> list[str]:
+def turn_overrides(config: DictConfig, budget: Budget) -> list[str]:
     """The budget's overrides that depend on the baseline's turns (its composed ``config``): its generations per
     problem, the HL's settings when it has one, the stage switch."""
     from agent_system.config import has_hl
@@ -183,7 +183,7 @@ def turn_overrides(config: DictConfig, budget: Budget, steps: int) -> list[str]:
             "hl.actor.ppo_epochs=1",
         ]
     if len(config.mlmt.stages.schedule) > 1:  # stage I for the first half, stage II for the rest
-        overrides.append(f"mlmt.stages.schedule=[0,{steps // 2 + 1}]")
+        overrides.append(f"mlmt.stages.schedule=[0,{budget.steps // 2 + 1}]")
     return overrides
 
 
@@ -225,6 +225,6 @@ def command_line(
         return [*base, *baseline.keys, *per_baseline.get(name, [])]
     own = [*user, *per_baseline.get(name, [])]
     argv = [*script_argv(baseline.script, script_env(budget, baseline)), *shared_overrides(budget, run_dir, seed)]
-    argv += turn_overrides(compose_config([*argv, *own]), budget, budget.steps)
+    argv += turn_overrides(compose_config([*argv, *own]), budget)
     argv += mini_batch_overrides(compose_config([*argv, *own]), budget.optimizer_steps)
     return [*argv, *own]
