@@ -235,10 +235,15 @@ def upgrade_deprecated_keys(config: DictConfig) -> None:
 
 def apply_hardware_overlay(config: DictConfig, user_overrides: list[str]) -> DictConfig:
     """On the CPU backend, merge ``overlays/cpu.yaml`` into ``config`` (in place, and returned) under the user's
-    command-line overrides (which still win)."""
-    from agent_system import verl_plugin
+    command-line overrides (which still win); not when ``mlmt.plan_device`` plans a GPU run here (the GPU settings).
 
-    if not verl_plugin.CPU_BACKEND_ACTIVE:
+    Raises:
+        ConfigError: ``mlmt.plan_device`` unknown or without ``mlmt.plan_only`` (``devices.planned_device``).
+    """
+    from agent_system import verl_plugin
+    from agent_system.launcher.devices import planned_device
+
+    if planned_device(config) is not None or not verl_plugin.CPU_BACKEND_ACTIVE:  # checks mlmt.plan_device anywhere
         return config
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
@@ -385,7 +390,8 @@ def validate_config(config: DictConfig) -> None:
     checkpoints_to_keep(config)
     _check_keep_best(config)
     _check_checkpoint_engine(config)
-    if os.environ.get("VERL_PLATFORM", "") == "cpu" and config.trainer.device != "cpu":
+    planned = config.mlmt.get("plan_device") is not None  # a GPU run's plan on this machine (launcher/devices.py)
+    if os.environ.get("VERL_PLATFORM", "") == "cpu" and config.trainer.device != "cpu" and not planned:
         raise ConfigError("VERL_PLATFORM=cpu but trainer.device is not cpu: set trainer.device=cpu")
 
 

@@ -60,13 +60,15 @@ def prepare_config(config: DictConfig, user_overrides: list[str]) -> DictConfig:
     from agent_system import verl_plugin
     from agent_system.config import ConfigError, apply_hardware_overlay, reject_unknown_keys
     from agent_system.data.default_dataset import ensure_default_dataset
+    from agent_system.launcher.devices import plans_a_gpu
 
     if not verl_plugin.LOADED:
         raise RuntimeError("the MLMT-RL verl plugin did not load; reinstall with `bash scripts/install.sh`")
     if not verl_plugin.CPU_BACKEND_ACTIVE and not verl_plugin.gpu_visible():
         raise ConfigError(
             "no GPU is visible and the CPU backend is not active (VERL_PLATFORM is set to "
-            f"{os.environ.get('VERL_PLATFORM')!r}); unset VERL_PLATFORM or set VERL_PLATFORM=cpu"
+            f"{os.environ.get('VERL_PLATFORM')!r}); unset VERL_PLATFORM or set VERL_PLATFORM=cpu (to plan a GPU run "
+            "on this machine: mlmt.plan_only=true mlmt.plan_device=<name>, docs/RUN_PLAN.md)"
         )
     reject_unknown_keys(user_overrides)
     config = apply_hardware_overlay(config, user_overrides)
@@ -83,7 +85,7 @@ def prepare_config(config: DictConfig, user_overrides: list[str]) -> DictConfig:
             )
             config.data.train_files, config.data.val_files = train, val
     check_config(config)
-    if verl_plugin.CPU_BACKEND_ACTIVE:
+    if not plans_a_gpu(config):  # a CPU run (mlmt.plan_device plans a GPU run here and starts nothing)
         refuse_cpu_fallback_in_a_job(config, os.environ)
     from agent_system.launcher.gpu_checks import prepare_devices
     from agent_system.launcher.plan import refuse_small_mini_batches
@@ -234,7 +236,8 @@ def preflight(config: DictConfig):
     are evaluation rows), the optimizers' horizons and the run plan, logged and written as ``run_plan.json`` /
     ``run_plan.md`` in ``trainer.default_local_dir``. Returns the :class:`~agent_system.launcher.plan.RunPlan`.
 
-    On a GPU, padded passes (no flash-attn) get token budgets their logits fit (``gpu_checks.lower_padded_budgets``).
+    On a GPU (or the one ``mlmt.plan_device`` names), padded passes (no flash-attn) get token budgets their logits
+    fit (``gpu_checks.lower_padded_budgets``).
 
     Raises:
         ConfigError: On a GPU (and under ``mlmt.plan_only``), a device's estimated peak exceeds the device and
@@ -242,6 +245,7 @@ def preflight(config: DictConfig):
     """
     from agent_system import verl_plugin
     from agent_system.data.heldout import check_train_splits, validation_warnings
+    from agent_system.launcher.devices import plans_a_gpu
     from agent_system.launcher.gpu_checks import lower_padded_budgets
     from agent_system.launcher.memory_estimate import refuse_overcommit
     from agent_system.launcher.plan import build_plan, render_markdown, write_plan
@@ -254,7 +258,7 @@ def preflight(config: DictConfig):
     check_stages_reached(config, len(train_frame))
     val_rows = None if val_frame is None else len(val_frame)
     plan = build_plan(config, len(train_frame), val_rows)
-    lowered = lower_padded_budgets(config, plan.memory) if plan.memory and not verl_plugin.CPU_BACKEND_ACTIVE else []
+    lowered = lower_padded_budgets(config, plan.memory) if plan.memory and plans_a_gpu(config) else []
     if lowered:
         logger.warning(
             "padded sequences (no flash-attn): token budgets lowered so that each pass's logits fit the device (run "

@@ -709,15 +709,23 @@ def device_memory_setting(config: DictConfig) -> int | None:
 
 
 def device_memory(config: DictConfig) -> tuple[int | None, str]:
-    """The memory of one device and where it comes from: ``mlmt.plan_device_gib`` when set, else GPU 0's reported
-    total on a GPU, else unknown (the CPU backend)."""
+    """The memory of one device and where it comes from: ``mlmt.plan_device_gib`` when set, else the memory of the
+    GPU ``mlmt.plan_device`` names (:data:`~agent_system.launcher.devices.PLAN_DEVICES`), else GPU 0's reported total
+    on a GPU, else unknown (the CPU backend)."""
     from agent_system import verl_plugin
+    from agent_system.launcher.devices import PLAN_DEVICE_NAME_KEY, planned_device
 
     setting = device_memory_setting(config)
     if setting is not None:
         return setting, f"{PLAN_DEVICE_KEY}={config.mlmt.plan_device_gib}"
+    planned = planned_device(config)
+    if planned is not None:
+        return int(planned.gib * GIB), f"{PLAN_DEVICE_NAME_KEY}={planned.name}: {planned.model}"
     if verl_plugin.CPU_BACKEND_ACTIVE:
-        return None, f"not known here (no GPU; set {PLAN_DEVICE_KEY}=<GiB> to check a device size)"
+        return None, (
+            f"not known here (no GPU; set {PLAN_DEVICE_NAME_KEY}=<name> or {PLAN_DEVICE_KEY}=<GiB> with "
+            "mlmt.plan_only=true to plan for a device)"
+        )
     import torch
 
     properties = torch.cuda.get_device_properties(0)

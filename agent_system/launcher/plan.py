@@ -28,6 +28,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from agent_system import methods
 from agent_system.config import CRITIC_TREES, POLICY_TREES, ConfigError, frozen_levels, level_view
+from agent_system.launcher.devices import plan_target
 from agent_system.launcher.gpu_checks import idle_devices_notice, visible_gpus
 from agent_system.launcher.memory_estimate import (
     MemoryPlan,
@@ -128,6 +129,7 @@ class RunPlan:
     memory: MemoryPlan | None = None  # per-device GPU memory estimate
     memory_unavailable: str = ""  # why there is none (a model folder without config.json)
     plugins: list[str] = field(default_factory=list)  # mlmt.plugins: modules imported for their registrations
+    device: str = ""  # the device planned for, in words (devices.plan_target: mlmt.plan_device, this GPU, the CPU)
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -481,6 +483,7 @@ def build_plan(config: DictConfig, train_rows: int, val_rows: int | None) -> Run
         memory=memory,
         memory_unavailable=memory_unavailable,
         plugins=methods.plugin_names(config),
+        device=plan_target(config),
     )
 
 
@@ -508,6 +511,7 @@ def render_markdown(plan: RunPlan) -> str:
     lines = [
         "# Run plan",
         "",
+        f"- planned for: {plan.device}",
         f"- steps: {plan.total_steps} ({plan.steps_from}); schedule {plan.schedule}",
         f"- checkpoints at steps: {compress_steps(plan.checkpoint_steps)}",
         f"- validations at steps: {compress_steps(plan.validation_steps)}"

@@ -185,7 +185,7 @@ def test_the_plan_gives_each_devices_gpu_memory_and_warns_when_it_does_not_fit(t
 
     config.mlmt.plan_device_gib = None  # on CPU: the device's size is not known here
     unknown = render_markdown(build_plan(config, 10_000, 8))
-    assert "- device: not known here (no GPU; set mlmt.plan_device_gib=<GiB>" in unknown
+    assert "- device: not known here (no GPU; set mlmt.plan_device=<name> or mlmt.plan_device_gib=<GiB>" in unknown
     assert f"+ 0.7 × device; fits a device of at least {(28 * P1B + logits) / 0.3 / 2**30:.2f} GiB" in unknown
 
 
