@@ -477,15 +477,22 @@ def driver_message(
             "pip install -e '.[gpu]' -c requirements/constraints-gpu.txt), or set VERL_PLATFORM=cpu"
         )
     major = int(driver.split(".")[0]) if driver else None
+    old = major is not None and major < MIN_DRIVER
     cause = (
         f"driver {driver} is older than R{MIN_DRIVER}, which CUDA {torch_cuda} needs"
-        if major is not None and major < MIN_DRIVER
+        if old
         else "the driver and torch do not agree"
+    )
+    keep = (
+        ", or keep this driver: CUDA forward compatibility (data-center GPUs) or the CUDA 12 set "
+        '(docs/GPU_RUN.md, "Drivers older than R580")'
+        if old
+        else ""
     )
     return (
         f"{seen}, but torch.cuda.is_available() is False: torch {torch_version} is built for CUDA {torch_cuda}; "
-        f"{cause}. Update the NVIDIA driver to R{MIN_DRIVER} or newer (README, GPU install), or set VERL_PLATFORM=cpu "
-        "to run on the CPU backend"
+        f"{cause}. Update the NVIDIA driver to R{MIN_DRIVER} or newer (README, GPU install){keep}, or set "
+        "VERL_PLATFORM=cpu to run on the CPU backend"
     )
 
 
