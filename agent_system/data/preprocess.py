@@ -34,7 +34,7 @@ import glob
 import json
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 import pandas as pd
 from tqdm import tqdm
@@ -82,8 +82,9 @@ def _names(spec: DatasetSpec, split: str | None) -> str:
     return " / ".join(f"{stem}{ext}" for stem in stems for ext in (".jsonl", ".parquet"))
 
 
-def _read_file(path: str) -> Iterator[tuple[int, dict | DataFormatError]]:
-    """Yields (1-based row number, record) pairs; an undecodable row yields a DataFormatError instead."""
+def read_file(path: str) -> Iterator[tuple[int, dict | DataFormatError]]:
+    """Yields (1-based row number, record) pairs of a JSONL or parquet file; an undecodable row yields a
+    DataFormatError instead."""
     if path.endswith(".parquet"):
         for number, record in enumerate(pd.read_parquet(path).to_dict(orient="records"), start=1):
             yield number, record
@@ -111,9 +112,14 @@ def _split_label(record: dict, spec: DatasetSpec, path: str, split: str | None) 
     return label
 
 
-def _local_records(input_path: str, spec: DatasetSpec, split: str | None) -> Iterator[tuple[str, int, object, str]]:
+# one input record: (source file or hub address, 1-based row number, the record or its DataFormatError, split label)
+Record = tuple[str, int, object, str]
+
+
+def local_records(input_path: str, spec: DatasetSpec, split: str | None) -> Iterator[Record]:
+    """The records of a local file or folder (``--input``), each labelled by its split (kept: only ``split``'s)."""
     for path in _input_files(input_path, spec, split):
-        for number, record in _read_file(path):
+        for number, record in read_file(path):
             if isinstance(record, DataFormatError):
                 yield path, number, record, split or ""
                 continue
@@ -130,7 +136,7 @@ class HubUnavailableError(ConnectionError):
     """The Hugging Face hub could not give the dataset (offline machine, unknown split); the message names --input."""
 
 
-def _hub_records(spec: DatasetSpec, split: str | None) -> Iterator[tuple[str, int, object, str]]:
+def _hub_records(spec: DatasetSpec, split: str | None) -> Iterator[Record]:
     """Streams records from the Hugging Face hub (needs network access; not exercised by the tests)."""
     from datasets import load_dataset
 
@@ -174,7 +180,28 @@ def convert_rows(
     if dataset not in DATASETS:
         raise ValueError(f"unknown dataset {dataset!r}; choose from {sorted([*DATASETS, 'yaml'])}")
     spec = DATASETS[dataset]
-    records = _local_records(input_path, spec, split) if input_path else _hub_records(spec, split)
+    records = local_records(input_path, spec, split) if input_path else _hub_records(spec, split)
+    rows, bad = convert_records(dataset, records, limit, skip_bad_rows)
+    if not rows:
+        raise ValueError(f"no rows to write for dataset {dataset!r} (split={split!r})")
+    return rows, bad
+
+
+def convert_records(
+    dataset: str, records: Iterable[Record], limit: int | None = None, skip_bad_rows: bool = False
+) -> tuple[list[dict], list[DataFormatError]]:
+    """Converts records already read (a local file, a folder laid out as the hub repository, the hub) to verl rows.
+
+    Args:
+        dataset: One of :data:`agent_system.data.sources.DATASETS`.
+        records: ``(source, row number, record or its DataFormatError, split label)`` tuples.
+        limit: Keep at most this many rows.
+        skip_bad_rows: Skip unconvertible records instead of stopping at the first one.
+
+    Returns:
+        ``(rows, skipped-row errors)``.
+    """
+    convert = DATASETS[dataset].convert
     rows, bad = [], []
     for path, number, record, label in tqdm(records, desc=f"{dataset}", unit="row", mininterval=1.0):
         if limit is not None and len(rows) >= limit:
@@ -183,7 +210,7 @@ def convert_rows(
             if isinstance(record, DataFormatError):
                 raise record
             try:
-                rows.append(spec.convert(record, len(rows), label))
+                rows.append(convert(record, len(rows), label))
             except RowError as exc:
                 raise DataFormatError(path, number, exc.field, exc.message) from None
         except DataFormatError as exc:
@@ -193,8 +220,6 @@ def convert_rows(
     if bad:
         listed = "; ".join(str(e) for e in bad[:100]) + (f"; ... and {len(bad) - 100} more" if len(bad) > 100 else "")
         logger.warning("skipped %d bad rows: %s", len(bad), listed)
-    if not rows:
-        raise ValueError(f"no rows to write for dataset {dataset!r} (split={split!r})")
     return rows, bad
 
 

@@ -62,7 +62,7 @@ def test_prepare_names_the_missing_local_files_and_the_hub_route(tmp_path, capsy
         prepare.main(["--data", str(tmp_path / "shared"), "--out", str(tmp_path / "data")])
     error = capsys.readouterr().err
     assert exited.value.code == 2 and "does not exist" in error and "math500/test.jsonl" in error
-    assert f"preprocess --dataset math500 --output {tmp_path / 'data'}/math500/test.parquet" in error
+    assert "--from-hub (online), or --from DIR with a copy of the hub repositories" in error
     partial = tmp_path / "partial"
     (partial / "math500").mkdir(parents=True)
     (partial / "math500" / "test.jsonl").write_text(shared_data("math500", "test.jsonl").read_text())
@@ -74,10 +74,11 @@ def test_prepare_names_the_missing_local_files_and_the_hub_route(tmp_path, capsy
 
 
 def test_how_to_make_each_data_file():
-    assert "prepare_all.sh LOCAL_DATA_DIR data " in prepare.how_to_make("data/math/val.parquet")
-    assert "online" not in prepare.how_to_make("data/math/val.parquet")  # a held-out slice: only the prepare script
-    train = prepare.how_to_make("data/math/train.parquet")
-    assert "preprocess --dataset math --split train --output data/math/train.parquet" in train
+    for name in ("math/val.parquet", "math/train.parquet", "mbpp/train.parquet"):  # every file: one command, online
+        advice = prepare.how_to_make(f"data/{name}")
+        assert "python -m agent_system.data.prepare --from-hub --out data " in advice
+        assert "--from DIR" in advice and "--data LOCAL_DATA_DIR" in advice  # and the two offline routes
+    assert "--out runs/data " in prepare.how_to_make("runs/data/gsm8k_5shot/val.parquet")
     assert "--input LOCAL_FILE" in prepare.how_to_make("mine/custom.parquet")
 
 
@@ -85,7 +86,7 @@ def test_trainer_missing_data_file_says_how_to_make_it(tmp_path):
     """... in one line: the entry point prints a user error's message alone (was: a 12-line traceback)."""
     from agent_system.launcher.main import _read_frame, user_errors
 
-    with pytest.raises(FileNotFoundError, match="data.train_files / data.val_files.*prepare_all.sh") as raised:
+    with pytest.raises(FileNotFoundError, match="data.train_files / data.val_files.*prepare --from-hub") as raised:
         _read_frame(str(tmp_path / "data" / "gsm8k" / "train.parquet"))
     assert isinstance(raised.value, user_errors())
 
