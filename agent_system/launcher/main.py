@@ -59,7 +59,7 @@ def prepare_config(config: DictConfig, user_overrides: list[str]) -> DictConfig:
     """CPU overlay, model paths resolved to local folders, the default dataset, then validation."""
     from agent_system import verl_plugin
     from agent_system.config import ConfigError, apply_hardware_overlay, reject_unknown_keys
-    from agent_system.data.default_dataset import ensure_default_dataset
+    from agent_system.data.default_dataset import ensure_default_dataset, refuse_embedded_task_for_real_models
     from agent_system.launcher.devices import plans_a_gpu
 
     if not verl_plugin.LOADED:
@@ -73,6 +73,8 @@ def prepare_config(config: DictConfig, user_overrides: list[str]) -> DictConfig:
     reject_unknown_keys(user_overrides)
     config = apply_hardware_overlay(config, user_overrides)
     with open_dict(config):
+        if not config.data.train_files and not config.mlmt.plan_only:  # a plan trains nothing: it may go without data
+            refuse_embedded_task_for_real_models(configured_models(config))
         resolve_model_paths(config)
         if not config.data.train_files:
             dataset = config.mlmt.dataset
@@ -134,6 +136,13 @@ def check_config(config: DictConfig) -> None:
 
     validate_config(config)
     methods.check_config(config)
+
+
+def configured_models(config: DictConfig) -> dict[str, str]:
+    """``{key: configured path}`` of each model the run loads (``gpu_checks.model_path_keys``), before resolution."""
+    from agent_system.launcher.gpu_checks import model_path_keys
+
+    return {key: str(OmegaConf.select(config, key)) for key in model_path_keys(config)}
 
 
 def resolve_model_paths(config: DictConfig) -> None:
