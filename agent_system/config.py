@@ -39,6 +39,7 @@ CHOICES = {
     "mlmt.placement": ("split", "colocated"),
     "mlmt.ll.turn3_group_by": ("problem", "attempt"),
     "mlmt.reward.contrastive_reference": CONTRASTIVE_REFERENCES,
+    "mlmt.reward.sandbox": ("isolated", "none"),
     "mlmt.stages.kl_in": KL_IN,
     "mlmt.stages.returns": ("progress", "score"),
     "mlmt.dataset.max_difficulty": (1, 2, 3),

@@ -7,6 +7,9 @@
 #   DATA_DIR=data      where `bash examples/data_preprocess/prepare_all.sh` (or agent_system.data.preprocess) wrote
 #                      the parquet files; TRAIN_FILES / VAL_FILES override the two paths themselves
 #   LL_GPUS=2 HL_GPUS=2  devices per level (split placement; the original: one 4-GPU node, half per level)
+#   GPUS_PER_NODE=...  devices of each node (trainer.n_gpus_per_node; default LL_GPUS + HL_GPUS, both pools on one
+#                      node; the solver-only baselines: GPUS). Several nodes: the node's count, e.g. 2 × 8 GPUs is
+#                      LL_GPUS=8 HL_GPUS=8 GPUS_PER_NODE=8 with trainer.nnodes=2 (the sbatch passes it)
 #   LOGGER='[console,tensorboard,wandb]'   verl's Tracking backends (W&B reads WANDB_API_KEY from the environment)
 #   KEEP_CKPTS=2       checkpoints kept (trainer.max_actor_ckpt_to_keep; null: all): a 1.5B + 7B full fine-tuning
 #                      save is ~110 GB
@@ -34,7 +37,7 @@ COMMON=(
   mlmt.placement=split
   mlmt.ll_gpus="$LL_GPUS"
   mlmt.hl_gpus="$HL_GPUS"
-  trainer.n_gpus_per_node=$((LL_GPUS + HL_GPUS))
+  trainer.n_gpus_per_node="${GPUS_PER_NODE:-$((LL_GPUS + HL_GPUS))}"
   trainer.logger="$LOGGER"
   trainer.resume_mode=auto
   trainer.max_actor_ckpt_to_keep="$KEEP_CKPTS"
@@ -102,7 +105,7 @@ SOLVER_ONLY=(
   actor_rollout_ref.model.path="$LL_MODEL"
   mlmt.placement=split
   mlmt.ll_gpus="${GPUS:-4}"
-  trainer.n_gpus_per_node="${GPUS:-4}"
+  trainer.n_gpus_per_node="${GPUS_PER_NODE:-${GPUS:-4}}"
   trainer.logger="$LOGGER"
   trainer.resume_mode=auto
   trainer.max_actor_ckpt_to_keep="$KEEP_CKPTS"

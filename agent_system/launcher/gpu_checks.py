@@ -3,6 +3,9 @@
 Each decision is a function of the facts it needs (Ray's free resources per node, whether ``flash_attn`` imports, ...)
 passed as arguments, so it is unit-tested on a machine without a GPU; the thin readers of those facts sit beside it.
 
+* :func:`check_pools_fit_nodes`: before Ray, the same pools against the job's nodes (``trainer.nnodes`` of
+  ``trainer.n_gpus_per_node`` devices, or of the GPUs this node sees): a pool larger than the nodes can hold is refused
+  by the run plan, by name, instead of by Ray after it starts.
 * :func:`check_pools_fit`: every resource pool of the run (both levels, the lagged snapshot, the ArCHer critic),
   counted together, against Ray's free resources per node. verl waits for a placement group with no time-out, so a
   pool that cannot be placed would otherwise hang the run without a message. On the CPU backend devices are ranks
@@ -131,9 +134,37 @@ def idle_devices_notice(config: DictConfig, visible: int | None) -> str | None:
         fix = f"raise {sizes}, or use mlmt.placement=colocated{per_node_key}"
     else:
         fix = f"set trainer.n_gpus_per_node={per_node}"
+    nodes, exact = int(trainer.nnodes), used // int(trainer.nnodes)
+    if nodes > 1 and not seen and used % nodes == 0 and exact < trainer.n_gpus_per_node:  # the key set to a pool's size
+        fix = (
+            f"set trainer.n_gpus_per_node={exact} if each node has {exact} devices (the key counts the devices of one "
+            f"node, not of a pool or of the job), else {fix}"
+        )
     return (
         f"GPUs: the resource pools use {used} of the job's {has} devices (trainer.nnodes={trainer.nnodes} × {node}): "
         f"{has - used} stay idle; {fix}" + (", or hide them from the job (CUDA_VISIBLE_DEVICES)" if seen else "")
+    )
+
+
+def check_pools_fit_nodes(config: DictConfig, visible: int | None) -> None:
+    """Before Ray starts: the run's pools (:func:`pool_demands`, each on one node) fit the job's ``trainer.nnodes``
+    nodes of ``visible`` GPUs each (this node's; ``trainer.n_gpus_per_node`` where none is visible, as when
+    ``mlmt.plan_device`` plans a GPU run without one). :func:`check_pools_fit` checks Ray's own count once it runs.
+
+    Raises:
+        ConfigError: Names each pool's key and size, and the job's nodes and devices.
+    """
+    trainer = config.trainer
+    per_node = visible or int(trainer.n_gpus_per_node)
+    demands = [Demand(d.what, {"GPU": d.resources.get("GPU", 0.0)}) for d in pool_demands(config, "GPU")]
+    if not unplaceable(demands, {str(i): {"GPU": float(per_node)} for i in range(int(trainer.nnodes))}):
+        return
+    node = f"{visible} GPUs visible on this node" if visible else f"trainer.n_gpus_per_node={per_node}"
+    asked = "; ".join(f"{d.what}: {d.resources['GPU']:g}" for d in demands if d.resources["GPU"])
+    raise ConfigError(
+        f"the run's resource pools do not fit the job's devices (trainer.nnodes={trainer.nnodes} × {node}), each pool "
+        f"on one node: {asked}. Set trainer.nnodes and trainer.n_gpus_per_node to the job's nodes and the devices of "
+        "each, or lower the pools (mlmt.ll_gpus / mlmt.hl_gpus under split, mlmt.archer.num_gpus)"
     )
 
 

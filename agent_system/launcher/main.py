@@ -89,12 +89,14 @@ def prepare_config(config: DictConfig, user_overrides: list[str]) -> DictConfig:
     check_config(config)
     if not plans_a_gpu(config):  # a CPU run (mlmt.plan_device plans a GPU run here and starts nothing)
         refuse_cpu_fallback_in_a_job(config, os.environ)
-    from agent_system.launcher.gpu_checks import prepare_devices
+    from agent_system.launcher.gpu_checks import check_pools_fit_nodes, prepare_devices, visible_gpus
     from agent_system.launcher.plan import refuse_small_mini_batches
 
     refuse_small_mini_batches(config)  # the plan's mini-batch sizes: plan.py reads the config, not the reverse
 
     prepare_devices(config, user_overrides)  # device settings and checks (attention, vLLM memory, driver, ...)
+    if plans_a_gpu(config):  # CPU ranks are Ray's CPU slots, counted by check_pools_fit once Ray runs
+        check_pools_fit_nodes(config, visible_gpus())  # the pools against the job's nodes, before Ray
     return config
 
 

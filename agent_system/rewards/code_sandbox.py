@@ -7,10 +7,13 @@ Isolation layers, outermost first (each one is used when the machine allows it):
    up, not even loopback), a private IPC namespace (System V shared memory, semaphores and message queues vanish
    with it), a private mount namespace, and a private PID namespace, so killing its first process kills every
    descendant, including ones that called ``setsid``; ``/proc`` shows only the sandbox's processes.
-3. Private temporary folders (``sandbox_isolation.py``, a first stage that runs as the namespace's root): a fresh
-   ``tmpfs`` on ``/tmp``, ``/var/tmp``, ``/dev/shm`` and ``/run/lock`` (the world-writable folders) and on the work
-   folder, each at most ``SandboxLimits.tmp_mb`` and ``max_files`` entries. Nothing the program writes there reaches
-   the host's folders or another run, and nothing outlives the run: the mounts vanish with the mount namespace when
+3. A filesystem of the run's own (``sandbox_isolation.py``, a first stage that runs as the namespace's root): a fresh
+   read-only root (``pivot_root``, the host's root detached) that holds only :func:`filesystem_view` (the
+   interpreter's own file, its standard library with ``site-packages`` hidden, the system's shared libraries), bound
+   read-only, a few devices and the run's ``/proc``: no home, data, repository, checkpoint or virtual environment.
+   The program can write only to a fresh ``tmpfs`` on ``/tmp``, ``/var/tmp``, ``/dev/shm`` and ``/run/lock`` and on
+   the work folder, each at most ``SandboxLimits.tmp_mb`` and ``max_files`` entries. Nothing the program writes
+   reaches the host or another run, and nothing outlives the run: the mounts vanish with the mount namespace when
    its last process dies, whatever the program did. This is why they are mounts and not a cleanup afterwards: no
    crash or kill of the trainer can skip them, nothing has to guess which files were the program's, and the sizes
    and file counts are bounded while the program runs. ``HOME`` and ``TMPDIR`` name the work folder.
@@ -28,12 +31,14 @@ Isolation layers, outermost first (each one is used when the machine allows it):
    deadline and against a per-stage deadline (:func:`_read_events`: it ends what the harness's alarm cannot, C code
    that never returns to the interpreter), messages made printable, and ``killpg(SIGKILL)`` on the whole session.
 
-When a layer is unavailable (not root, no ``unshare``), the probe in :func:`isolation_mode` drops it and
-logs a warning once; docs/REWARDS_AND_DATA.md lists what is then no longer contained. In ``none`` mode there is no
-mount namespace: ``TMPDIR`` and ``HOME`` still name a private work folder (removed afterwards), but a file written
-by name to ``/tmp`` or ``/dev/shm`` stays. It is not cleaned up: the program runs as the calling user then, and its
-files cannot be told from those of the trainer or of other runs (a cleanup by time or by owner could delete theirs).
-What none of the modes does yet is a filesystem view of the program's own: it can read what the run's uid can read.
+Not root: the probe in :func:`isolation_mode` takes ``userns`` mode (layers 2 and 3 in a user namespace, the program
+as the calling user with no capability left) and logs a warning once. With neither mode, a run raises
+:class:`SandboxUnavailable` (the trainer checks at start-up), unless ``SandboxLimits.isolation`` is ``none``
+(``mlmt.reward.sandbox=none``): then layers 2 to 4 are gone, the program reads and writes what the calling user can
+(docs/CODE_REWARD.md has the table), ``TMPDIR`` and ``HOME`` still name a private work folder (removed afterwards),
+but a file written by name to ``/tmp`` or ``/dev/shm`` stays. It is not cleaned up: the program runs as the calling
+user then, and its files cannot be told from those of the trainer or of other runs (a cleanup by time or by owner
+could delete theirs).
 
 What is compared, and where (:func:`run_tests`): each assert is split (:mod:`agent_system.rewards.assert_split`); only
 the program's side of it goes into the sandbox, comes back as plain data, and is compared with the expected side here,
@@ -43,6 +48,7 @@ so the program can neither see the expected values nor take part in the comparis
 from __future__ import annotations
 
 import functools
+import glob
 import json
 import logging
 import os
@@ -54,6 +60,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -77,6 +84,8 @@ _ISOLATION_SOURCE = (Path(__file__).with_name("sandbox_isolation.py")).read_text
 # uids handed to sandboxes when running as root: no passwd entry needed, unlikely to collide with real users
 _UID_RANGE = (200_000, 260_000)
 _SAFE_ENV_KEYS = ("LANG", "LC_ALL")
+# the system's shared libraries, where the interpreter's and its extension modules' dependencies lie
+_SYSTEM_LIBRARIES = ("/lib", "/lib32", "/lib64", "/usr/lib", "/usr/lib32", "/usr/lib64", "/etc/ld.so.cache")
 _UNPRINTABLE = re.compile("[\x00-\x08\x0b-\x1f\x7f]")
 ABORTED = "time limit exceeded"  # run-level error: a stage went on past its alarm (ended by the harness or here)
 _GRACE_S = 1.0  # sandbox_harness._GRACE_S: after a stage's alarm, the time to describe and report its failure
@@ -97,6 +106,9 @@ class SandboxLimits:
         tmp_mb: Size of each private temporary folder (``/tmp``, ``/var/tmp``, ``/dev/shm``, ``/run/lock``, the
             work folder; ``root`` and ``userns`` modes).
         max_files: Files and folders each private temporary folder may hold.
+        isolation: ``isolated`` (the default): namespaces and a filesystem view of the run's own (``root`` or
+            ``userns`` mode), :class:`SandboxUnavailable` where the machine offers neither; ``none``: no namespaces,
+            the program sees and may change what the calling user can (the trainer's ``mlmt.reward.sandbox``).
     """
 
     timeout_s: float = 12.0
@@ -108,11 +120,13 @@ class SandboxLimits:
     program_s: float | None = None
     tmp_mb: int = 16
     max_files: int = 256
+    isolation: str = "isolated"
 
     @classmethod
-    def within(cls, timeout_s: float) -> SandboxLimits:
+    def within(cls, timeout_s: float, isolation: str = "isolated") -> SandboxLimits:
         """Limits that end a run inside an outer wall-clock limit of ``timeout_s`` (the reward pool's per item)."""
-        return cls(timeout_s=max(0.5, timeout_s - 1.0), per_test_s=max(0.5, min(6.0, timeout_s - 1.0)))
+        return cls(timeout_s=max(0.5, timeout_s - 1.0), per_test_s=max(0.5, min(6.0, timeout_s - 1.0)),
+                   isolation=isolation)  # fmt: skip
 
 
 @dataclass
@@ -145,24 +159,67 @@ class SandboxResult:
         return bool(self.passed) and all(self.passed)
 
 
-@functools.lru_cache(maxsize=1)
-def isolation_mode() -> str:
-    """Detects the strongest isolation this machine allows (probed once per process, with an empty program).
+class SandboxUnavailable(RuntimeError):
+    """The machine offers no isolated sandbox run and ``mlmt.reward.sandbox=none`` was not chosen."""
+
+
+@functools.lru_cache(maxsize=2)
+def isolation_mode(isolation: str = "isolated") -> str:
+    """The mode of this process's sandbox runs: the strongest this machine allows (probed once per process, with an
+    empty program), or ``none`` when ``isolation`` asks for it.
+
+    Args:
+        isolation: ``isolated`` or ``none`` (:attr:`SandboxLimits.isolation`).
 
     Returns:
-        ``"root"`` (namespaces + per-run uid), ``"userns"`` (namespaces as the calling user) or ``"none"``.
+        ``"root"`` (namespaces, filesystem view, per-run uid), ``"userns"`` (namespaces and filesystem view as the
+        calling user) or ``"none"``.
+
+    Raises:
+        SandboxUnavailable: ``isolated`` on a machine where neither mode runs.
     """
-    if shutil.which("unshare"):
-        if os.geteuid() == 0 and _probe("root"):
-            return "root"
-        if _probe("userns"):
-            logger.warning("code sandbox: not root, running candidates as the calling user (see REWARDS_AND_DATA.md)")
-            return "userns"
-    logger.warning(
-        "code sandbox: no namespaces available; network and process isolation are best-effort only, and files "
-        "written to /tmp or /dev/shm outlive the run (docs/CODE_REWARD.md)"
+    if isolation == "none":
+        logger.warning("code sandbox: mlmt.reward.sandbox=none, programs see and may change the trainer's files")
+        return "none"
+    if isolation != "isolated":
+        raise ValueError(f"code sandbox: isolation={isolation!r}, expected 'isolated' or 'none'")
+    if shutil.which("unshare") is None:
+        reason = "no unshare command (util-linux)"
+    elif os.geteuid() == 0 and _probe("root"):
+        return "root"
+    elif _probe("userns"):
+        logger.warning("code sandbox: not root, running candidates as the calling user (see docs/CODE_REWARD.md)")
+        return "userns"
+    else:
+        reason = "unshare --user --map-root-user failed (user namespaces off: sysctl user.max_user_namespaces, " \
+                 "kernel.unprivileged_userns_clone or kernel.apparmor_restrict_unprivileged_userns, or a seccomp " \
+                 "policy)"  # fmt: skip
+    raise SandboxUnavailable(
+        f"code sandbox: no isolated run on this machine ({reason}); mlmt.reward.sandbox=none grades code without "
+        "isolation, the programs then read and write what the trainer's user can (docs/CODE_REWARD.md)"
     )
-    return "none"
+
+
+@functools.lru_cache(maxsize=1)
+def filesystem_view() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """What a program sees of the host in ``root`` and ``userns`` modes, each read-only at its own path.
+
+    Returns:
+        ``(view, hidden)``: ``view`` the interpreter's real file (not a virtual environment's link to it), its
+        standard library and ``LIBDIR`` (its shared library), the system's shared-library folders (links such as
+        ``/lib -> usr/lib`` as links) and the dynamic linker's cache; ``hidden`` the ``site-packages`` and
+        ``dist-packages`` folders inside them, which the run sees empty.
+    """
+    libdir = sysconfig.get_config_var("LIBDIR") if sysconfig.get_config_var("Py_ENABLE_SHARED") else None
+    own = [os.path.realpath(path) for path in (sys.executable, os.path.dirname(os.__file__), libdir) if path]
+    links = [path for path in _SYSTEM_LIBRARIES if os.path.islink(path)]
+    folders: list[str] = []
+    for path in sorted({*own, *(p for p in _SYSTEM_LIBRARIES if os.path.exists(p) and p not in links)}, key=len):
+        if not any(path.startswith(folder + "/") for folder in folders):  # under a bound folder: bound with it
+            folders.append(path)
+    patterns = ("python3*/site-packages", "python3*/dist-packages", "python3/dist-packages", "site-packages")
+    hidden = sorted({found for folder in folders for pattern in patterns for found in glob.glob(f"{folder}/{pattern}")})
+    return tuple(folders + links), tuple(hidden)
 
 
 def _probe(mode: str) -> bool:
@@ -180,13 +237,15 @@ def _command(mode: str, uid: int, limits: SandboxLimits, workdir: str) -> list[s
     argv: list[str] = []
     if shutil.which("timeout"):
         argv += ["timeout", "--signal=KILL", str(int(limits.timeout_s) + 2)]
-    harness = [sys.executable, "-I", "-S", "-c", _HARNESS_SOURCE, "mlmt-sandbox-harness"]
     if mode == "none":
-        return [*argv, *harness]
+        return [*argv, sys.executable, "-I", "-S", "-c", _HARNESS_SOURCE, "mlmt-sandbox-harness"]
+    # the interpreter's own file: the virtual environment's link to it is not in the view, nor its pyvenv.cfg
+    harness = [os.path.realpath(sys.executable), "-I", "-S", "-c", _HARNESS_SOURCE, "mlmt-sandbox-harness"]
     user = ["--user", "--map-root-user"] if mode == "userns" else []
     argv += ["unshare", *user, "--net", "--ipc", "--pid", "--fork", "--kill-child", "--mount-proc", "--"]
     tmpfs = f"size={limits.tmp_mb}m,nr_inodes={limits.max_files}"
-    isolation = [sys.executable, "-I", "-S", "-c", _ISOLATION_SOURCE, mode, str(uid), workdir, tmpfs]
+    view, hidden = ("\n".join(paths) for paths in filesystem_view())
+    isolation = [sys.executable, "-I", "-S", "-c", _ISOLATION_SOURCE, mode, str(uid), workdir, tmpfs, view, hidden]
     return [*argv, *isolation, *harness]
 
 
@@ -251,7 +310,7 @@ def _run_job(
     code: str, setup_code: str, tests: list[str], calls: list[str], limits: SandboxLimits, probes=(), mode=None
 ):
     """Runs one harness job in a fresh sandbox; returns ``(events, run-level error, duration_s)``."""
-    mode = mode or isolation_mode()
+    mode = mode or isolation_mode(limits.isolation)
     uid = random.SystemRandom().randrange(*_UID_RANGE)
     workdir = tempfile.mkdtemp(prefix="mlmt_sandbox_")
     nonce = secrets.token_hex(16)

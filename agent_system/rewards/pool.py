@@ -25,14 +25,14 @@ logger = logging.getLogger(__name__)
 _READY = "ready"
 
 
-def _worker_main(conn: Connection, timeout_s: float, judge) -> None:
+def _worker_main(conn: Connection, timeout_s: float, judge, sandbox: str) -> None:
     """Worker loop: receive ``(index, item)``, send back ``(index, result)``; ``None`` means stop."""
     from agent_system.rewards.code_sandbox import SandboxLimits
     from agent_system.rewards.scoring import compute_score
 
     # keep math-verify's own timeouts and the sandbox inside the parent's wall-clock limit
     inner_s = max(1.0, timeout_s / 3)
-    limits = SandboxLimits.within(timeout_s)
+    limits = SandboxLimits.within(timeout_s, sandbox)
     conn.send(_READY)
     while True:
         message = conn.recv()
@@ -93,9 +93,9 @@ def _failed(error: str) -> dict:
 class _Worker:
     """One worker process with its pipe and the item it is busy with."""
 
-    def __init__(self, ctx, timeout_s: float, judge) -> None:
+    def __init__(self, ctx, timeout_s: float, judge, sandbox: str) -> None:
         self.conn, child_conn = ctx.Pipe()
-        self.process = ctx.Process(target=_worker_main, args=(child_conn, timeout_s, judge), daemon=True)
+        self.process = ctx.Process(target=_worker_main, args=(child_conn, timeout_s, judge, sandbox), daemon=True)
         self.process.start()
         child_conn.close()
         self.ready = False
@@ -116,6 +116,8 @@ class RewardPool:
         num_workers: Number of worker processes.
         timeout_s: Wall-clock limit per item, counted from when a ready worker receives it.
         judge: Optional :class:`agent_system.rewards.judge.JudgeConfig` passed to every worker.
+        sandbox: The code sandbox's isolation, ``isolated`` or ``none`` (``mlmt.reward.sandbox``,
+            :attr:`agent_system.rewards.code_sandbox.SandboxLimits.isolation`).
         start_method: ``"spawn"`` (default) or ``"forkserver"``; never ``fork`` (unsafe in threaded parents).
 
     Example:
@@ -124,15 +126,17 @@ class RewardPool:
         ...                            "ground_truth": "12", "extra_info": None}])
     """
 
-    def __init__(self, num_workers: int, timeout_s: float, judge=None, start_method: str = "spawn") -> None:
+    def __init__(
+        self, num_workers: int, timeout_s: float, judge=None, start_method: str = "spawn", sandbox: str = "isolated"
+    ) -> None:
         if num_workers < 1 or timeout_s <= 0:
             raise ValueError("num_workers must be >= 1 and timeout_s > 0")
         if start_method not in ("spawn", "forkserver"):
             raise ValueError("start_method must be 'spawn' or 'forkserver'")
         self.timeout_s = float(timeout_s)
-        self._judge = judge
+        self._judge, self._sandbox = judge, sandbox
         self._ctx = mp.get_context(start_method)
-        self._workers = [_Worker(self._ctx, self.timeout_s, judge) for _ in range(num_workers)]
+        self._workers = [_Worker(self._ctx, self.timeout_s, judge, sandbox) for _ in range(num_workers)]
         self.num_restarts = 0
         self.yaml_failures = 0  # yaml_task responses scored 0 on an error of the task's functions, over all calls
         self._startup_failures = 0
@@ -145,7 +149,7 @@ class RewardPool:
 
     def _replace(self, position: int) -> None:
         self._workers[position].kill()
-        self._workers[position] = _Worker(self._ctx, self.timeout_s, self._judge)
+        self._workers[position] = _Worker(self._ctx, self.timeout_s, self._judge, self._sandbox)
         self.num_restarts += 1
 
     def score(self, items: list[dict]) -> list[dict]:

@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 import logging
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from agent_system.rewards.code_sandbox import SandboxLimits, run_calls
 
@@ -160,15 +160,7 @@ def _limits(limits: SandboxLimits | None, count: int) -> SandboxLimits:
     program (the task's sources defined) keeps the run's per-test limit: defining them under a response's 1 s failed
     every response of a batch when the machine was busy (a CI run beside two vLLM servers starting)."""
     limits = limits or SandboxLimits(timeout_s=2.0 + CALL_S * count)
-    return SandboxLimits(
-        timeout_s=limits.timeout_s,
-        per_test_s=min(CALL_S, limits.per_test_s),
-        program_s=limits.per_test_s,
-        memory_mb=limits.memory_mb,
-        max_processes=limits.max_processes,
-        max_file_mb=limits.max_file_mb,
-        max_output_bytes=limits.max_output_bytes,
-    )
+    return replace(limits, per_test_s=min(CALL_S, limits.per_test_s), program_s=limits.per_test_s)
 
 
 def _pieces(request: Request) -> list[str]:

@@ -6,8 +6,8 @@
 #
 #   bash examples/data_preprocess/prepare_all.sh [SHARED_DATA_DIR] [OUT_DIR]
 #
-# Reads local JSONL (default ../shared/data). Online, `python -m agent_system.data.preprocess` without --input reads
-# the Hugging Face hub instead, one file at a time.
+# Reads local JSONL (default ../shared/data). The same files from the public datasets on the Hugging Face hub:
+# python -m agent_system.data.prepare --from-hub --out data (--from DIR: a copy of the hub repositories).
 # The interpreter: MLMT_PYTHON, else the repository's .venv/bin/python (scripts/lib/python.sh).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib/python.sh"

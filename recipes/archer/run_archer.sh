@@ -41,7 +41,7 @@ case "$TASK" in
 esac
 
 mlmt_run "${SOLVER_ONLY[@]}" "${LATER[@]}" "${TASK_ARGS[@]}" \
-  mlmt.ll_gpus="$SOLVER_GPUS" trainer.n_gpus_per_node="$SOLVER_GPUS" data.train_batch_size="$PROBLEMS" \
+  mlmt.ll_gpus="$SOLVER_GPUS" data.train_batch_size="$PROBLEMS" \
   mlmt.feedback="$FEEDBACK" \
   mlmt.ll.adv_estimator=archer mlmt.n=1 mlmt.m=1 \
   mlmt.archer.actor_signal="$SIGNAL" \

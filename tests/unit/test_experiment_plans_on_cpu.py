@@ -177,3 +177,52 @@ def test_a_7b_feedback_writer_on_the_default_split_is_refused_at_start_up(tmp_pa
     plan = _gpu_plan(argv, tmp_path, "math/HLT_LLT_RR_1_15.sh")
     with pytest.raises(ConfigError, match=r"HL needs about 89\.23 GiB on each of the 2 HL devices \(mlmt\.hl_gpus\)"):
         refuse_overcommit(plan.memory, allowed=False)
+
+
+# The 2 × 8 reproduction (issue 42, point 5), planned on this GPU-less machine for H100 nodes (mlmt.plan_device): the
+# scripts take the devices of one node from GPUS_PER_NODE, the plan refuses pools the nodes cannot hold, and a node
+# count set to both pools' sum is noticed with the key that fixes it.
+QWEN_1_5B = {"model_type": "qwen2", "hidden_size": 1536, "intermediate_size": 8960, "num_attention_heads": 12,
+             "num_hidden_layers": 28, "num_key_value_heads": 2, "vocab_size": 151936, "tie_word_embeddings": True}
+REPRODUCTION = {"LL_GPUS": "8", "HL_GPUS": "8", "GPUS_PER_NODE": "8"}
+
+
+def _planned_on_h100_nodes(tmp_path: Path, monkeypatch, env: dict[str, str], *extra: str):
+    for name, shape in (("solver", QWEN_1_5B), ("writer", SHAPES["Qwen/Qwen2.5-7B-Instruct"])):
+        (tmp_path / name).mkdir(exist_ok=True)
+        (tmp_path / name / "config.json").write_text(json.dumps(shape))
+    for key, value in {**env, "LL_MODEL": str(tmp_path / "solver"), "HL_MODEL": str(tmp_path / "writer")}.items():
+        monkeypatch.setenv(key, value)
+    argv = _argv("math/HLT_LLT_RR_1_15.sh", tmp_path)
+    config = compose_config([*argv, "mlmt.plan_only=true", "mlmt.plan_device=h100-80", *extra])
+    check_config(config)
+    set_schedule_horizon(config, TRAIN_ROWS["math"])
+    return config
+
+
+def test_the_2x8_command_plans_every_device_of_both_nodes(tmp_path, monkeypatch):
+    from agent_system.launcher.gpu_checks import check_pools_fit_nodes
+
+    config = _planned_on_h100_nodes(tmp_path, monkeypatch, REPRODUCTION, "trainer.nnodes=2")
+    assert config.trainer.n_gpus_per_node == 8 and config.trainer.nnodes == 2
+    check_pools_fit_nodes(config, None)  # 8 + 8 on two nodes of 8
+    plan = build_plan(config, TRAIN_ROWS["math"], 500)
+    assert not [notice for notice in plan.notices if notice.startswith("GPUs:")], plan.notices
+    assert all(group.fits for group in plan.memory.sums), render_markdown(plan)
+
+
+def test_a_node_count_set_to_both_pools_is_noticed_with_the_key_that_fixes_it(tmp_path, monkeypatch):
+    env = {key: value for key, value in REPRODUCTION.items() if key != "GPUS_PER_NODE"}  # the former LL + HL per node
+    config = _planned_on_h100_nodes(tmp_path, monkeypatch, env, "trainer.nnodes=2")
+    assert config.trainer.n_gpus_per_node == 16
+    notices = [notice for notice in build_plan(config, TRAIN_ROWS["math"], 500).notices if notice.startswith("GPUs:")]
+    assert len(notices) == 1 and "16 stay idle; set trainer.n_gpus_per_node=8 if each node has 8 devices" in notices[0]
+
+
+def test_pools_larger_than_the_nodes_are_refused_by_the_plan(tmp_path, monkeypatch):
+    from agent_system.launcher.gpu_checks import check_pools_fit_nodes
+
+    config = _planned_on_h100_nodes(tmp_path, monkeypatch, REPRODUCTION, "trainer.nnodes=1")
+    with pytest.raises(ConfigError, match=r"trainer\.nnodes=1 × trainer\.n_gpus_per_node=8\), each pool on one node: "
+                       r"LL pool \(mlmt\.ll_gpus=8\): 8; HL pool \(mlmt\.hl_gpus=8\): 8"):  # fmt: skip
+        check_pools_fit_nodes(config, None)

@@ -199,7 +199,7 @@ RECIPES = {
         "mlmt.archer.actor_signal": "advantage",
         "mlmt.archer.target_refresh_every": 10,
         "mlmt.ll_gpus": 3,
-        "trainer.n_gpus_per_node": 3,
+        "trainer.n_gpus_per_node": 4,  # the node: 3 solver devices and the critic's
         "trainer.total_training_steps": 500,
     },
 }
@@ -358,3 +358,16 @@ def test_each_script_reaches_every_stage_it_declares(script, prepared_data, tmp_
     early = ("HLT_LLT_RR_1_1", "HLT_LLT_RR_1_15", "HLT_LLT_RR_1_20", "HLF_LLT_RR_1_1")
     if script in {f"math/{name}.sh" for name in early}:
         assert list(config.mlmt.stages.schedule) == [0, 200] and total == 400  # stage II: steps 200-400
+
+
+@pytest.mark.parametrize(
+    ("env", "per_node"),
+    [({}, 4), ({"LL_GPUS": "8", "HL_GPUS": "8"}, 16), ({"LL_GPUS": "8", "HL_GPUS": "8", "GPUS_PER_NODE": "8"}, 8)],
+)
+def test_scripts_take_the_devices_of_one_node_from_gpus_per_node(env, per_node, tmp_path):
+    """trainer.n_gpus_per_node counts one node's devices: GPUS_PER_NODE, else both pools on one node (issue 42, 5)."""
+    config = compose_config(_script_argv("math/HLT_LLT_RR_1_15.sh", tmp_path, env))
+    assert config.trainer.n_gpus_per_node == per_node
+    assert (config.mlmt.ll_gpus, config.mlmt.hl_gpus) == (int(env.get("LL_GPUS", 2)), int(env.get("HL_GPUS", 2)))
+    baseline = compose_config(_script_argv("../recipes/grpo/run_grpo.sh", tmp_path, {"GPUS": "4", **env}))
+    assert baseline.trainer.n_gpus_per_node == (8 if "GPUS_PER_NODE" in env else 4)

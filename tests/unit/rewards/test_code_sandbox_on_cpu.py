@@ -294,7 +294,7 @@ def _shm_keys() -> set[int]:
 
 @pytest.mark.parametrize("mode", PRIVATE_MODES)
 def test_nothing_a_run_writes_outlives_it_or_reaches_the_next_run(mode, monkeypatch):
-    monkeypatch.setattr(code_sandbox, "isolation_mode", lambda: mode)
+    monkeypatch.setattr(code_sandbox, "isolation_mode", lambda *_: mode)
     marker = f"mlmt_handover_{os.getpid()}_{time.monotonic_ns()}"
     folders = [folder for folder in ("/tmp", "/var/tmp", "/dev/shm", "/run/lock") if os.path.isdir(folder)]
     paths = [os.path.join(folder, marker) for folder in folders]
@@ -318,7 +318,7 @@ def test_nothing_a_run_writes_outlives_it_or_reaches_the_next_run(mode, monkeypa
 
 @pytest.mark.parametrize("mode", PRIVATE_MODES)
 def test_temporary_folders_files_and_open_files_are_bounded(mode, monkeypatch):
-    monkeypatch.setattr(code_sandbox, "isolation_mode", lambda: mode)
+    monkeypatch.setattr(code_sandbox, "isolation_mode", lambda *_: mode)
     limits = SandboxLimits(timeout_s=60.0, per_test_s=30.0, tmp_mb=2, max_files=64, max_file_mb=1)
     calls = ["fill('/tmp', 0)", "fill('/dev/shm', 0)", "fill(os.environ['TMPDIR'], 0)", "fill('/tmp', 500_000)",
              "fill(os.environ['TMPDIR'], 1_500_000)", "open_many()"]  # fmt: skip

@@ -357,3 +357,37 @@ def test_the_run_plan_carries_the_idle_devices_notice(monkeypatch):
                              "hl.actor.ppo_mini_batch_size=64"])  # fmt: skip
     notices = plan.build_plan(config, 1000, 10).notices
     assert [n for n in notices if n.startswith("GPUs: the resource pools use 2 of the job's 8 devices")], notices
+
+
+# ------------------------------------------------------ devices counted per node (issue 42, point 5)
+
+
+def test_a_node_count_set_to_both_pools_gets_the_per_node_key_in_the_idle_notice():
+    config = compose_config(["mlmt.ll_gpus=8", "mlmt.hl_gpus=8", "trainer.n_gpus_per_node=16", "trainer.nnodes=2"])
+    notice = idle_devices_notice(config, None)
+    assert notice is not None and "use 16 of the job's 32 devices" in notice, notice
+    assert "16 stay idle; set trainer.n_gpus_per_node=8 if each node has 8 devices (the key counts the devices of " \
+           "one node, not of a pool or of the job), else raise mlmt.ll_gpus (now 8)" in notice, notice  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("overrides", "visible", "refused"),
+    [
+        (["mlmt.ll_gpus=8", "mlmt.hl_gpus=8", "trainer.n_gpus_per_node=8", "trainer.nnodes=2"], None, False),
+        (["mlmt.ll_gpus=8", "mlmt.hl_gpus=8", "trainer.n_gpus_per_node=8"], None, True),  # 16 on one node of 8
+        (["mlmt.ll_gpus=8", "mlmt.hl_gpus=8", "trainer.n_gpus_per_node=16"], 8, True),  # the node sees 8
+        (["mlmt.ll_gpus=2", "mlmt.hl_gpus=2", "trainer.n_gpus_per_node=2"], 4, False),  # the node sees 4
+        (["mlmt.ll_gpus=5", "mlmt.hl_gpus=5", "trainer.n_gpus_per_node=8", "trainer.nnodes=2"], None, False),
+        (["mlmt.ll_gpus=6", "mlmt.hl_gpus=6", "trainer.n_gpus_per_node=8", "trainer.nnodes=1"], None, True),
+        (["mlmt.placement=colocated", "trainer.n_gpus_per_node=8"], None, False),
+    ],
+)  # fmt: skip
+def test_pools_the_nodes_cannot_hold_are_refused_before_ray(overrides, visible, refused):
+    from agent_system.launcher.gpu_checks import check_pools_fit_nodes
+
+    config = compose_config(overrides)
+    if not refused:
+        check_pools_fit_nodes(config, visible)
+        return
+    with pytest.raises(ConfigError, match=r"the run's resource pools do not fit the job's devices \(trainer\.nnodes="):
+        check_pools_fit_nodes(config, visible)

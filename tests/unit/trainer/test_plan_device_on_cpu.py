@@ -110,3 +110,18 @@ def test_entry_point_plans_a_gpu_run_on_this_machine(tmp_path):
     assert plan["device"].startswith("NVIDIA A100 80GB (mlmt.plan_device=a100-80, 79.1 GiB)")
     assert plan["memory"]["device"] == int(79.1 * GIB) and plan["total_steps"] == 500
     assert "planned for: NVIDIA A100 80GB" in result.stdout + result.stderr
+
+
+@pytest.mark.external  # starts python -m verl.trainer.main_mlmt
+def test_entry_point_refuses_pools_the_nodes_cannot_hold_before_ray(tmp_path):
+    """Issue 42, point 5: 8 + 8 devices on one node of 8 are refused by the plan, by name, not by Ray."""
+    out = tmp_path / "out"
+    env = {k: v for k, v in os.environ.items() if k not in ("VERL_PLATFORM", "MLMT_CPU_BACKEND_ANNOUNCED")}
+    result = subprocess.run(
+        [sys.executable, "-m", "verl.trainer.main_mlmt", *_two_by_eight(tmp_path), "trainer.nnodes=1",
+         "mlmt.plan_device=h100-80", f"trainer.default_local_dir={out}"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode != 0 and not (out / "run_plan.json").exists()
+    assert "main_mlmt: error: the run's resource pools do not fit the job's devices (trainer.nnodes=1 × " \
+           "trainer.n_gpus_per_node=8)" in result.stderr and "Traceback" not in result.stderr  # fmt: skip
