@@ -51,8 +51,10 @@ def user_errors() -> tuple[type[Exception], ...]:
     from agent_system.data.yaml_task import YamlTaskError
     from agent_system.models.adapter import AdapterError
     from agent_system.models.resolve import ModelPathError
+    from agent_system.rewards.code_sandbox import SandboxUnavailable
 
-    return ConfigError, ModelPathError, AdapterError, TrainOnTestSplitError, YamlTaskError, DataFileMissing
+    errors = ConfigError, ModelPathError, AdapterError, TrainOnTestSplitError, YamlTaskError, DataFileMissing
+    return (*errors, SandboxUnavailable)
 
 
 def prepare_config(config: DictConfig, user_overrides: list[str]) -> DictConfig:
@@ -405,6 +407,18 @@ def start_policy_groups(groups: dict, together: bool) -> None:
                 future.result()
 
 
+def check_sandbox(sandbox: str, frames: list[pd.DataFrame | None]) -> None:
+    """Raises :class:`agent_system.rewards.code_sandbox.SandboxUnavailable` when rows of ``frames`` run programs
+    (code and YAML tasks) in the sandbox and ``sandbox`` (``mlmt.reward.sandbox``) asks for an isolation this machine
+    cannot give."""
+    from agent_system.rewards.code_sandbox import isolation_mode
+    from agent_system.rewards.scoring import task_kind
+
+    sources = {source for frame in frames if frame is not None for source in frame["data_source"].unique()}
+    if any(task_kind(source) != "math" for source in sources):
+        isolation_mode(sandbox)
+
+
 def build_trainer(config: DictConfig):
     """Start both policy groups and return an :class:`MLMTTrainer` (Ray must be initialised)."""
     from transformers import AutoTokenizer
@@ -444,7 +458,9 @@ def build_trainer(config: DictConfig):
     check_pools_fit(config)
     check_paths_on_every_node(config)  # several nodes: each sees the model and output folders
     # The scoring processes start first: they import the graders while the levels start.
-    pool = RewardPool(config.mlmt.reward.num_workers, config.mlmt.reward.timeout_s, judge)
+    sandbox = config.mlmt.reward.sandbox
+    check_sandbox(sandbox, [train_frame, val_frame])  # before any worker: one line where the machine has none
+    pool = RewardPool(config.mlmt.reward.num_workers, config.mlmt.reward.timeout_s, judge, sandbox=sandbox)
     try:
         # a critic per level whose estimator has one (none for a frozen level), with a method's loss if it sets one
         losses = {level: _critic_loss(extensions, level) for level in critic_levels(config)}
@@ -459,7 +475,7 @@ def build_trainer(config: DictConfig):
 
             snapshot = LaggedSnapshot(config)
             snapshot.init()
-        limits = SandboxLimits.within(config.mlmt.reward.timeout_s)  # the code attempts' runs for the feedback writer
+        limits = SandboxLimits.within(config.mlmt.reward.timeout_s, sandbox)  # the feedback writer's execution result
         hl_tokenizer = tokenizers.get("hl", tokenizers["ll"])
         feedback_tests = config.mlmt.get("code_feedback_tests", "shown")
         runner = EpisodeRunner(

@@ -182,16 +182,8 @@ def test_a_7b_feedback_writer_on_the_default_split_is_refused_at_start_up(tmp_pa
 # The 2 × 8 reproduction (issue 42, point 5), planned on this GPU-less machine for H100 nodes (mlmt.plan_device): the
 # scripts take the devices of one node from GPUS_PER_NODE, the plan refuses pools the nodes cannot hold, and a node
 # count set to both pools' sum is noticed with the key that fixes it.
-QWEN_1_5B = {
-    "model_type": "qwen2",
-    "hidden_size": 1536,
-    "intermediate_size": 8960,
-    "num_attention_heads": 12,
-    "num_hidden_layers": 28,
-    "num_key_value_heads": 2,
-    "vocab_size": 151936,
-    "tie_word_embeddings": True,
-}
+QWEN_1_5B = {"model_type": "qwen2", "hidden_size": 1536, "intermediate_size": 8960, "num_attention_heads": 12,
+             "num_hidden_layers": 28, "num_key_value_heads": 2, "vocab_size": 151936, "tie_word_embeddings": True}
 REPRODUCTION = {"LL_GPUS": "8", "HL_GPUS": "8", "GPUS_PER_NODE": "8"}
 
 
