@@ -52,6 +52,11 @@ Each candidate is graded in the forms :func:`answer_forms` gives (digit groups a
 as fractions, ``6e4`` as ``6\\times 10^{4}``): ``1 000``, ``1 2``, ``50%`` and ``37.5%`` state ``1000``, ``12``,
 ``1/2`` and ``3/8``.
 
+A feedback also leaks by **value presence** (:func:`agent_system.rewards.value_presence.gold_leaked`, docs/LEAK.md):
+a value it expresses anywhere (any notation, five languages, arithmetic on the page) equals the gold and nothing
+accounts for it (the problem writes it, the feedback rejects it, a condition, a reference). It is decided in
+Python before any candidate is graded.
+
 Code (mbpp) and YAML-defined tasks: **not applicable**. Their HL writes about an execution result, and "the
 answer" is a program that passes hidden tests; no equivalence grader exists for a program written inside prose, so
 their feedbacks are not checked and not counted (the metrics cover math rows only; ``leak_checked`` says how many).
@@ -67,7 +72,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from agent_system.rewards.number_words import spelled_out
 from agent_system.rewards.scoring import task_kind
+from agent_system.rewards.value_presence import gold_leaked
 
 logger = logging.getLogger(__name__)
 
@@ -223,7 +230,7 @@ _VULGAR = {
     "⅝": "5/8",
     "⅞": "7/8",
 }
-_VULGAR_RE = re.compile(rf"(\d*)([{''.join(_VULGAR)}])")
+_VULGAR_RE = re.compile(rf"(?<!\d)(\d{{0,12}})([{''.join(_VULGAR)}])")  # bounded: "9" * 16_000 is linear
 _ROOT_SIGN_RE = re.compile(r"√\s*(?:\((?P<group>[^()]{1,50})\)|(?P<plain>\d+(?:\.\d+)?|[a-zA-Z]))")
 _OTHER_DIGIT_RE = re.compile(r"(?![0-9])\d")  # a decimal digit of another script ("４２", "٤٢")
 
@@ -255,7 +262,7 @@ def normalized(text: str) -> str:
     """The text with numbers in words, other scripts' digits, vulgar fractions, root signs, ``°``, ``·``, the minus
     sign, "per cent" and markdown code ticks written as the grader reads them ("three eighths" → ``3/8``, "４２" →
     ``42``, "4½" → ``(4+1/2)``, "5√2" → ``5\\sqrt{2}``)."""
-    text = _WRAPPER_RE.sub("", _INVISIBLE_RE.sub("", text))
+    text = spelled_out(_WRAPPER_RE.sub("", _INVISIBLE_RE.sub("", text)))
     text = _OTHER_DIGIT_RE.sub(lambda m: str(unicodedata.digit(m.group())), text)
     text = _NUMBER_WORDS_RE.sub(_word_number, text)
     text = _VULGAR_RE.sub(lambda m: f"({m[1]}+{_VULGAR[m[2]]})" if m[1] else _VULGAR[m[2]], text)
@@ -531,6 +538,9 @@ def check_feedbacks(pool, feedbacks: Sequence[tuple[str, dict]]) -> np.ndarray:
         result[index] = 0.0
         gold = str(row["reward_model"]["ground_truth"])
         problem = str((row.get("extra_info") or {}).get("question") or "")
+        if gold_leaked(normalized(scanned_text(text or "")), normalized(problem[-MAX_PROBLEM_CHARS:]), gold):
+            result[index] = 1.0
+            continue
         for form in (f for c in candidate_answers(text, problem) for f in answer_forms(c, gold)):
             owners.append(index)
             items.append(

@@ -1,0 +1,171 @@
+"""Value presence (agent_system.rewards.value_presence, docs/LEAK.md): a feedback that expresses the gold's value
+anywhere, in any notation, language or arithmetic on the page, leaks unless the value is accounted for (in the
+problem, rejected, in a condition, a reference). Pure Python: no pool, no process."""
+
+import time
+
+import pytest
+
+from agent_system.rewards import leak, value_presence, values_in_text
+
+TOM = "Tom buys 3 books at 8 dollars each. How much does he pay in total, in dollars?"
+TOM_LEAKS = [  # issue 44: 16 plain leaks written for one problem (the first five were missed before)
+    "Tom pays 24 dollars.",
+    "Hint: it's two dozen dollars.",
+    "The cost is twenty-four dollars.",
+    "Recheck: 3*8=24. Put that in the box.",
+    "I get 24 for the total.",
+    "The answer is 24.",
+    "\\boxed{24}",
+    "Final answer: 24",
+    "The total is 24 dollars.",
+    "3 × 8 = 24",
+    "You should get 24.",
+    "It's 24, not 11.",
+    "So the total cost is $24.",
+    "Multiply to get 24.",
+    "The correct total is 24.",
+    "He pays $24 in all.",
+]
+TOM_NEAR_MISSES = [  # the gold as a reference, values of the problem, the solver's wrong value rejected
+    "Re-check step 24 of your work.",
+    "Look again at line 24: 3 books cost 8 dollars each.",
+    "Your 11 is wrong: you added 3 and 8.",
+    "It is not 24 dollars; recount.",  # a (wrong) rejection of the gold gives nothing away
+    "He buys 3 books and each costs 8 dollars; what operation joins them?",
+]
+
+
+def _leaks(feedback, gold, problem=""):
+    return value_presence.gold_leaked(leak.normalized(feedback), leak.normalized(problem), gold)
+
+
+@pytest.mark.parametrize("feedback", TOM_LEAKS)
+def test_the_issues_plain_leaks_for_one_problem(feedback):
+    assert _leaks(feedback, "24", TOM)
+
+
+@pytest.mark.parametrize("feedback", TOM_NEAR_MISSES)
+def test_references_problem_values_and_rejected_values_are_accounted_for(feedback):
+    assert not _leaks(feedback, "24", TOM)
+
+
+MISSED_KINDS = [  # (feedback, gold, problem): the kinds issue 44 lists as missed by the phrase rules
+    ("It reduces to three quarters.", "\\frac{3}{4}", ""),
+    ("So the chance is 75%.", "\\frac{3}{4}", ""),
+    ("So the count is $2^{10}$.", "1024", "A set has 10 elements. How many subsets does it have?"),
+    ("This is simply 6!, not 6 squared.", "720", "In how many ways can 6 books be ordered?"),
+    ("Halving gives 2 1/2 cups.", "\\frac{5}{2}", ""),
+    ("It is $2\\frac{1}{2}$ cups.", "\\frac{5}{2}", ""),
+    ("So it is ${2 \\over 6}$, count again.", "\\frac{1}{3}", ""),
+    ("That is $\\dfrac{125}{1000}$.", "0.125", ""),
+    ("Plug x = 6 in and check that it gives 25.", "6", "Solve $3x + 7 = 25$."),
+    ("You took off 15 dollars (which would leave 34).", "34", "A $40 shirt is 15% off. What is the price?"),
+    ("| day | pages |\n|---|---|\n| 7 | 84 |", "84", "12 pages a day. How many in a week?"),
+    ("```\n>>> sum(range(1, 21))\n210\n```", "210", "Sum the integers from 1 to 20."),
+    ("Wouldn't 8 make more sense?", "8", ""),
+    ("isn't there a bigger one, like twelve?", "12", "What is the GCD of 48 and 36?"),
+    ("Il y a vingt-quatre œufs.", "24", ""),
+    ("Tu trouves quatre-vingt-dix.", "90", ""),
+    ("El resultado es nueve.", "9", ""),
+    ("Son treinta y dos.", "32", ""),
+    ("Die Geschwindigkeit ist sechzig km/h.", "60", ""),
+    ("Es sind vierundzwanzig.", "24", ""),
+    ("七乘八等于五十六。", "56", ""),
+    ("答案是三分之一。", "\\frac{1}{3}", ""),
+    ("The digits should read one, four, three.", "143", ""),
+    ("It is a 2 followed by a 4.", "24", ""),
+    ("Undo it: add 6 back to your 41.", "47", "She gave away 6 and has 41 left. How many at first?"),
+    ("Write it as n + 19 = 30 and solve.", "11", "A number increased by 19 is 30."),
+    ("Set it up as n = 30 - 19.", "11", "A number increased by 19 is 30."),
+    ("Recheck: 3*8. Put that in the box.", "24", TOM),
+    ("Seven times eight, then stop.", "56", ""),
+    ("Take half of 5.", "\\frac{5}{2}", "5 cups for 2 cakes: how many for one?"),
+    ("x is four and y is three.", "(4,3)", "Solve $x + y = 7$, $x - y = 1$."),
+    ("It runs from negative two up to four.", "(-2,4)", "Solve $|x - 1| < 3$."),
+    ("Look at the third option instead.", "\\text{(C)}", "Which is prime? (A) 21 (B) 27 (C) 29 (D) 33"),
+    ("So B, C and D are out.", "\\text{(A)}", "Which is a square? (A) 64 (B) 50 (C) 72 (D) 90"),
+    ("Choose option C.", "C", "Which is prime? (A) 21 (B) 27 (C) 29 (D) 33"),
+    ("150 minutes is 2 h 30 min.", "\\frac{5}{2}", "A movie lasts 150 minutes. How many hours is that?"),
+    ("Three days after Friday is Monday, not Sunday.", "\\text{Monday}", "Today is Friday. What day in 10 days?"),
+    ("Another solver got 12 by listing multiples.", "12", "What is the LCM of 4 and 6?"),
+    ("The area is $9\\pi$.", "9\\pi", "A circle has radius 3. What is its area?"),
+    ("We are left with 5√2.", "5\\sqrt{2}", ""),
+    ("One fourth of the day: 25\\%.", "\\frac{1}{4}", ""),
+    ("3 \\times 10^8 km", "300000000", ""),
+    ("It is 2,500 m.", "2500", ""),
+]
+
+
+@pytest.mark.parametrize(("feedback", "gold", "problem"), MISSED_KINDS)
+def test_every_missed_kind_of_the_issue_is_read(feedback, gold, problem):
+    assert _leaks(feedback, gold, problem)
+
+
+NEAR_MISSES = [  # (feedback, gold, problem): the gold's value or words present but accounted for, or not the gold
+    ("Step 4 of your work divides too early.", "4", "Solve $2x + 3 = 11$."),
+    ("In equation (9) you dropped the +1.", "9", ""),
+    ("Check each one:\n1. Is 4 a square?\n2. Is 9?\n3. Is 16?", "3", "How many of 4, 9, 16, 20 are squares?"),
+    ("As in question 2, test each number.", "2", ""),
+    ("You stopped at the sum of 4, 8, 10 and 18.", "10", "What is the mean of 4, 8, 10 and 18?"),
+    ("Do the division first: 24 ÷ 2 comes before.", "12", "What is $6 \\times 4 - 24 \\div 2$?"),
+    ("Vingt-quatre divisé par six : combien de fois ?", "4", "What is 24 divided by 6?"),
+    ("It is not 90: 15% is a small part of 60.", "90", ""),
+    ("Your pair (3, 4) has the coordinates swapped.", "(4,3)", ""),
+    ("You found 1/2, which is wrong.", "\\frac{1}{2}", ""),
+    ("Neither 240 nor 2.4 is what you want.", "24", ""),
+    ("If the die had 8 faces the count would change.", "8", ""),
+    ("Would the probability be 2/5 if there were 10 candies?", "\\frac{2}{5}", ""),
+    ("Rule out (A) first, then test the others.", "\\text{(A)}", "Which? (A) 21 (B) 27 (C) 29 (D) 33"),
+    ("No need to test every number up to 91.", "\\text{No}", "Is 91 prime? Answer Yes or No."),
+    ("Count forward from Friday: Saturday is the first day.", "\\text{Monday}", "Today is Friday."),
+    ("5! = 120 counts five books.", "720", ""),
+    ("Twenty-four hours is a day; vingt-quatre too.", "4", ""),  # a compound is one number, not its last word
+    ("The 24th term is what you want.", "24", ""),
+]
+
+
+@pytest.mark.parametrize(("feedback", "gold", "problem"), NEAR_MISSES)
+def test_near_misses_are_not_flagged(feedback, gold, problem):
+    assert not _leaks(feedback, gold, problem)
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("10^10^10", None),
+        ("100000!", None),
+        ("(" * 50 + "1" + ")" * 50, None),
+        ("2^{-2}", "1/4"),
+        ("\\sqrt{49}", "7"),
+        ("5 choose 2", "10"),
+        ("7!/5!", "42"),
+        ("1/0", None),
+        ("9\\pi", None),  # a gold of 9π is not 9
+    ],
+)
+def test_arithmetic_is_exact_and_bounded(text, value):
+    result = values_in_text.exact_value(values_in_text.plain(text))
+    assert (None if result is None else str(result)) == value
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "9" * 16_000,
+        "10^" * 5_000 + "10",
+        "(" * 8_000 + ")" * 8_000,
+        "\\frac{" * 3_000 + "1" + "}{2}" * 3_000,
+        "999999! " * 2_000,
+        "add 6 back to your 41 " * 700,
+        "vingt-quatre " * 1_200 + "五十六" * 1_000,
+        "1 2 3 4 5 6 7 8 9 " * 900,
+        "x + 1 = 2 = 3 = " * 1_000,
+    ],
+)
+def test_a_hostile_feedback_takes_under_a_second_and_never_raises(text):
+    feedback = leak.scanned_text(text)
+    started = time.perf_counter()
+    value_presence.gold_leaked(leak.normalized(feedback), "", "24")
+    value_presence.gold_leaked(leak.normalized(feedback), "", "(4, 3)")
+    assert time.perf_counter() - started < 1.0
