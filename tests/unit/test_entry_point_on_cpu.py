@@ -75,12 +75,30 @@ def test_no_init_under_repo_verl():
     assert not list((REPO / "verl").rglob("__init__.py"))
 
 
-def test_help_lists_the_config(tmp_path):
-    result = _main_mlmt(["--help"], tmp_path)
+def test_help_shows_the_mlmt_keys_with_their_comments_and_folds_verl(tmp_path):
+    """Issue 42, point 8: --help was Hydra's 1,860 lines, mostly verl's, without comments, before the CPU overlay."""
+    result = _main_mlmt(["--help", "mlmt.n=3"], tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "main_mlmt" in result.stdout
-    for key in ("mlmt:", "hl:", "actor_rollout_ref:", "adv_estimator"):
-        assert key in result.stdout, key
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("usage: python -m verl.trainer.main_mlmt") and len(lines) < 250, len(lines)
+    assert "  mlmt.n=3 " in result.stdout and "# attempts per problem (turn 1)" in result.stdout  # override, comment
+    assert "  mlmt.reward.num_workers=2 " in result.stdout  # this machine's: the CPU overlay's 2, not the YAML's 8
+    assert "CPU (the CPU backend: mlmt-configs/overlays/cpu.yaml applied" in result.stdout
+    folded = [line for line in lines if line.startswith("  actor_rollout_ref (")]
+    assert len(folded) == 1 and "keys)" in folded[0], folded
+    assert not [line for line in lines if line.startswith(("  actor_rollout_ref.", "  trainer."))]  # no verl key
+
+
+def test_help_all_and_cfg_job_print_this_machines_whole_config(tmp_path):
+    import yaml
+
+    full = _main_mlmt(["--help-all"], tmp_path)
+    assert full.returncode == 0 and "ppo_mini_batch_size" in full.stdout and len(full.stdout.splitlines()) > 1000
+    job = _main_mlmt(["--cfg", "job", "mlmt.m=3"], tmp_path)
+    assert job.returncode == 0, job.stderr[-3000:]
+    printed = yaml.safe_load(job.stdout)
+    assert printed["mlmt"]["m"] == 3 and printed["data"]["train_batch_size"] == 2  # the CPU overlay's, not 128
+    assert printed["actor_rollout_ref"]["rollout"]["dtype"] == "float32"
 
 
 @pytest.mark.parametrize(

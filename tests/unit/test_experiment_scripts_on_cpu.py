@@ -141,7 +141,8 @@ def test_environment_and_overrides_win(tmp_path):
 
 
 def test_script_with_hydra_cfg_job():
-    """The real entry point: `bash SCRIPT --cfg job` prints the composed config (before the CPU overlay) and exits."""
+    """The real entry point: `bash SCRIPT --cfg job` prints the composed config (this machine's: the CPU overlay under
+    the script's overrides) and exits."""
     script = "math/HLT_LLT_RR_1_15.sh"
     env = {**os.environ, "MLMT_PYTHON": sys.executable, "MODEL": "/models/shared"}
     result = subprocess.run(
