@@ -202,7 +202,8 @@ def startup_summary(plan, config, device: str) -> list[str]:
 
 
 def step_line(step: int, total: int, metrics: dict[str, float], seconds: float) -> str | None:
-    """One console line per step: accuracies, flips, per-level reward and KL, seconds; None for other records."""
+    """One console line per step: accuracies, flips, per-level reward, KL and share of groups with a learning signal,
+    seconds; None for other records."""
 
     def value(key: str, fmt: str = ".3f") -> str | None:
         return None if key not in metrics else format(metrics[key], fmt)
@@ -217,8 +218,10 @@ def step_line(step: int, total: int, metrics: dict[str, float], seconds: float) 
     ]
     for level in ("ll", "hl"):
         if f"{level}/reward_mean" in metrics:
+            signal = value(f"{level}/groups_with_signal", ".0%")  # share of groups with a non-zero advantage
             parts.append(
                 f"{level.upper()} reward {value(f'{level}/reward_mean')} KL {value(f'{level}/kl_mean', '.4f')}"
+                + (f" signal {signal}" if signal else "")
             )
     if prefix == "train" and "val/acc@t1" in metrics:
         parts.append(
@@ -299,6 +302,26 @@ class Accuracy:
         )
 
 
+def no_signal_diagnosis(level: str, steps: list[dict]) -> str:
+    """Why a level that updated never had a group with a non-zero advantage (its rows of every group scored alike),
+    from the accuracy its groups are scored by and the share of turns cut at their token budget, and the lever."""
+    key = "train/acc@t1" if level == "ll" else "train/acc@t3"
+    accuracy = [h[key] for h in steps if key in h]
+    cut = [h["train/truncated_share"] for h in steps if "train/truncated_share" in h]
+    mean, cut_share = (sum(v) / len(v) if v else float("nan") for v in (accuracy, cut))
+    more = "mlmt.n (attempts per problem)" if level == "ll" else "mlmt.m (feedbacks per attempt)"
+    if mean <= 0.02:
+        cause = f"every answer was wrong ({key} {mean:.3f}; {cut_share:.0%} of turns cut at their token budget)"
+        lever = "easier problems, a larger data.max_response_length if turns are cut, or a stronger model"
+    elif mean >= 0.98:
+        cause, lever = f"every answer was right ({key} {mean:.3f})", "harder problems"
+    else:
+        cause = f"right and wrong answers fell in different groups ({key} {mean:.3f})"
+        lever = f"larger groups ({more}) or a higher actor_rollout_ref.rollout.temperature"
+    head = f"no learning signal at the {level.upper()}: every group's rows were scored alike, so every advantage was 0"
+    return f"{head}: {cause}; lever: {lever}"
+
+
 def final_summary(history: list[dict], first_val: dict | None, last_val: dict | None, val_rows: int, plan) -> list[str]:
     """Per level: updates, mean |advantage|, KL from the reference, the validation accuracy before and after (the
     LL's turn-1 accuracy, the HL's turn-3 accuracy, which its feedback leads to) with the number of problems and
@@ -310,9 +333,13 @@ def final_summary(history: list[dict], first_val: dict | None, last_val: dict | 
         head = f"{level.upper()}: {len(steps)} update(s)"
         if level_plan.frozen:
             head += " (frozen)"
+        signal = [h[f"{level}/groups_with_signal"] for h in steps if f"{level}/groups_with_signal" in h]
         if steps:
             advantage = sum(h.get(f"{level}/advantage_abs_mean", 0.0) for h in steps) / len(steps)
             head += f", mean |advantage| {advantage:.4f}"
+            if signal:
+                silent = sum(share == 0 for share in signal)
+                head += f", groups with a learning signal {sum(signal) / len(signal):.0%} ({silent} step(s) with none)"
             if level_plan.reference.startswith("none"):
                 head += ", KL from the reference: not measured (no reference model)"
             else:
@@ -324,6 +351,8 @@ def final_summary(history: list[dict], first_val: dict | None, last_val: dict | 
         elif not first_val:
             head += "; no validation before training (trainer.val_before_train=false): accuracy change not measured"
         lines.append("  " + head)
+        if signal and max(signal) == 0:
+            lines.append("  " + no_signal_diagnosis(level, steps))
     lines.append(f"  learning shown on tiny models (CPU): {LEARNING_DOC}; with SmolLM2: {REAL_MODEL_DEMO}")
     lines.append(f"  a GPU run: {GPU_DOC}")
     return lines

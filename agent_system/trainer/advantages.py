@@ -354,6 +354,7 @@ class LevelAdvantages:
     kl_penalty: np.ndarray  # (B,) β·KL subtracted from each row's advantages (zeros with kl_in=loss)
     kl_coef: np.ndarray  # (B,) β of each row's turn (the actor's KL-loss coefficient with kl_in=loss)
     r3_advantages: torch.Tensor | None  # HL only: the advantages S2 = R3 would give (how much S2 changes them)
+    groups_with_signal: float  # share of the level's groups with a non-zero task advantage on some row
 
 
 @dataclass(frozen=True)
@@ -446,6 +447,7 @@ def level_advantages(
     advantages, returns = estimate(task)
     if level == "ll" and stage.stage_id == 1:  # stage I: turn 1 has no task reward, only its β·KL term
         advantages = advantages * torch.as_tensor(turn != 1, dtype=advantages.dtype)[:, None]
+    signal = groups_with_signal(advantages, response_mask, index)
     r3_advantages = None
     if level == "hl":
         r3_advantages = estimate(scores.r3[rows.problem, rows.attempt, rows.feedback].astype(np.float64))[0]
@@ -454,4 +456,14 @@ def level_advantages(
         advantages, penalty = apply_kl_penalty(advantages, inputs.kl, betas, response_mask, turn)
     else:
         penalty = np.zeros(len(betas))
-    return LevelAdvantages(advantages, returns, task, penalty, betas, r3_advantages)
+    return LevelAdvantages(advantages, returns, task, penalty, betas, r3_advantages, signal)
+
+
+def groups_with_signal(advantages: torch.Tensor, response_mask: torch.Tensor, index: np.ndarray) -> float:
+    """The share of groups (rows with one ``index`` key) in which some row has a non-zero advantage on a response
+    token: the groups the update learns from. A group whose rows were all scored alike (all right, all wrong) has
+    none under GRPO."""
+    moved = ((advantages.abs() * response_mask) > 0).any(dim=-1).numpy()  # (B,)
+    keys = np.asarray(index)
+    groups = np.unique(keys)
+    return float(np.mean([moved[keys == key].any() for key in groups])) if len(groups) else 0.0

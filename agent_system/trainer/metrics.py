@@ -31,6 +31,7 @@ def episode_metrics(episodes, scores: StepScores, prefix: str) -> dict[str, floa
         "acc@t1": float(r1.mean()),
         "ll_attempt_length": float(np.mean([len(a.attempt.response_ids) for a in attempts])),
         "truncated_turns": float(sum(t.truncated for t in turns)),
+        "truncated_share": float(np.mean([t.truncated for t in turns])),
         "shortened_prompts": float(sum(t.shortened for t in turns)),
         "omitted_quote_tokens": float(sum(t.prompt.omitted_tokens for t in turns)),
         "generated_tokens": float(sum(len(t.response_ids) for t in turns)),

@@ -337,6 +337,7 @@ class MLMTTrainer:
             f"{level}/reward_mean": float(rewards.mean()),
             f"{level}/advantage_mean": float((advantages * mask).sum() / mask.sum()),
             f"{level}/advantage_abs_mean": float((advantages.abs() * mask).sum() / mask.sum()),
+            f"{level}/groups_with_signal": result.groups_with_signal,
             f"{level}/kl_mean": float(inputs.kl.mean()),
             f"{level}/kl_penalty_mean": float(result.kl_penalty.mean()),  # in the advantages (kl_in=advantage)
             f"{level}/kl_coef_mean": float(result.kl_coef.mean()),
@@ -344,6 +345,9 @@ class MLMTTrainer:
             f"{level}/response_length": float(lengths.mean()),
             f"{level}/rows": len(batch),
         }
+        turns = np.unique(rows.keys.turn)
+        if len(turns) > 1:  # the LL's turns: stage I constrains turn 1's KL while turn 3's reward moves the solver
+            metrics.update({f"{level}/kl_mean@t{t}": float(inputs.kl[rows.keys.turn == t].mean()) for t in turns})
         metrics.update(extra_metrics)
         for extension in self.extensions:
             metrics.update(extension.level_metrics(level, inputs, result))

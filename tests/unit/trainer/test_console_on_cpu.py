@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from agent_system.launcher.console import Accuracy, final_summary, step_line
+from agent_system.launcher.console import Accuracy, final_summary, no_signal_diagnosis, step_line
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -35,6 +35,8 @@ def test_step_line_has_the_watched_metrics_and_skips_other_records():
         "HL reward 0.500 KL 0.0000 | 12.3 s"
     )
     assert step_line(0, 10, {"val/acc@t1": 0.5}, 1.0).startswith("validation before training | acc@t1 0.500")
+    signal = step_line(3, 10, {**metrics, "ll/groups_with_signal": 0.5, "hl/groups_with_signal": 0.0}, 1.0)
+    assert "LL reward 0.400 KL 0.0123 signal 50% | HL reward 0.500 KL 0.0000 signal 0% |" in signal
     assert step_line(4, 10, {"resume/ll_logprob_max_abs_diff": 0.0}, 1.0) is None
 
 
@@ -89,6 +91,29 @@ def test_final_summary_per_level():
     assert (REPO / "recipes/learning_demo/run_learning_demo.sh").is_file()  # the command points at the recipe
     no_ref = final_summary(history, None, last, 64, _plan("none (no β > 0)", hl_frozen=False))
     assert "not measured (no reference model)" in no_ref[1] and "no validation before training" in no_ref[1]
+
+
+def test_final_summary_names_the_share_of_groups_with_signal_and_diagnoses_none():
+    """The main job on a fresh clone once printed ``mean |advantage| 0.0000`` and nothing else: the summary now names
+    the share of groups with a learning signal, and a level that never had one gets the cause and the lever."""
+    steps = [
+        {"step": s, "ll/updated": 1.0, "ll/advantage_abs_mean": 0.0, "ll/kl_mean": 0.0, "ll/groups_with_signal": 0.0}
+        | {"train/acc@t1": 0.0, "train/acc@t3": 0.0, "train/truncated_share": 0.85}
+        for s in (1, 2)
+    ]
+    lines = final_summary(steps, None, None, 0, _plan("actor weights at step 0", hl_frozen=True))
+    assert "groups with a learning signal 0% (2 step(s) with none)" in lines[1]
+    assert lines[2].startswith("  no learning signal at the LL: every group's rows were scored alike")
+    assert "every answer was wrong (train/acc@t1 0.000; 85% of turns cut at their token budget)" in lines[2]
+    assert "data.max_response_length" in lines[2]
+    mixed = [{**steps[0], "ll/groups_with_signal": 0.5}, steps[1]]
+    lines = final_summary(mixed, None, None, 0, _plan("actor weights at step 0", hl_frozen=True))
+    assert "groups with a learning signal 25% (1 step(s) with none)" in lines[1]
+    assert not any("no learning signal" in line for line in lines)
+    right = [{**h, "train/acc@t3": 1.0} for h in steps]
+    assert "every answer was right (train/acc@t3 1.000); lever: harder problems" in no_signal_diagnosis("hl", right)
+    apart = [{**h, "train/acc@t1": 0.5} for h in steps]
+    assert "larger groups (mlmt.n (attempts per problem))" in no_signal_diagnosis("ll", apart)
 
 
 DRIVER = textwrap.dedent(

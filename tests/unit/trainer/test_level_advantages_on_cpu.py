@@ -280,3 +280,17 @@ def test_ll_alpha_cancels_on_turn3_grouped_by_attempt_and_acts_on_turn1():
     assert plain[0] < 0 < plain[1] and shaped[1] < 0 < shaped[0], (plain, shaped)
     by_problem, _, _ = _run("ll", scores, [0] * 6, _stage(2, alpha=2.0), _mlmt(group_by="problem"))
     assert np.abs(by_problem[2:] - plain[2:]).max() > 0.1  # grouped by problem, α acts
+
+
+def test_groups_with_signal_counts_the_groups_whose_rows_were_scored_apart():
+    # HL groups are the m feedbacks on one attempt: attempt 0's refinements scored 1 and 0 (a signal), attempt 1's
+    # 1 and 1 (none); all four alike leaves no group with a signal, and the share is the trainer's
+    # hl/groups_with_signal
+    _, mixed, _ = _run("hl", SCORES, HL_KL, _stage(), _mlmt())
+    assert mixed.groups_with_signal == 0.5
+    uniform = StepScores(r1=np.array([[0.0, 1.0]]), r3=np.array([[[1.0, 1.0], [1.0, 1.0]]]))
+    _, flat, _ = _run("hl", uniform, HL_KL, _stage(), _mlmt())
+    assert flat.groups_with_signal == 0.0
+    # the β·KL of kl_in=advantage moves every row, but it is not a task signal
+    _, penalised, _ = _run("hl", uniform, HL_KL, _stage(beta_turn2=1.0), _mlmt())
+    assert penalised.groups_with_signal == 0.0
