@@ -22,6 +22,14 @@ receive them (:func:`level_memory`):
 * **logits**: the peak of the log-prob pass and of the update over the largest micro-batch of each level
   (:func:`logits_peak`): tokens × vocabulary × bytes per element, packed (``use_remove_padding=true``) at the token
   budget, padded (sdpa) at :data:`PADDED_FACTOR` × the budget.
+* **activations** of the same micro-batch (:func:`activation_bytes_per_token`): what autograd keeps for the backward,
+  tokens × bytes per token. Per decoder layer and token (:meth:`ModelShape.layer_activation_bytes`, from the tensors
+  transformers' Llama / Qwen2 decoder layer saves: both RMSNorms' fp32 input and 16-bit output, the attention's
+  query, keys, values and output, the MLP's gate, up, SiLU and product). With ``<tree>.model.
+  enable_gradient_checkpointing`` (verl's default; verl calls ``gradient_checkpointing_enable(use_reentrant=False)``
+  and transformers checkpoints each ``GradientCheckpointingLayer``): every layer's input hidden state (layers × hidden
+  × bytes) plus one layer recomputed in the backward; without it every layer's whole set. A log-prob pass runs
+  without autograd: one layer's tensors at a time.
 * **reference**: verl builds it ``forward_only`` and always offloads it to the host (``CPUOffload`` under ``fsdp``,
   ``CPUOffloadPolicy`` under ``fsdp2``); it uses no device memory between forwards (host bytes are shown). A LoRA
   level has none: its reference is the actor with the adapter switched off.
@@ -36,13 +44,17 @@ receive them (:func:`level_memory`):
 
 A device's estimate is the largest of the phases of a step on it (both levels on every device under colocated
 placement; each level alone on its devices under split): generation (every level's state between passes and its
-vLLM engine, all awake at once), and each level's log-prob pass and update (the state between passes, what the pass
-loads and creates, its logits peak, and the vLLM engines that do not sleep: ``rollout.free_cache_engine`` frees them
-outside generation, except a frozen level's under split). Activations, the CUDA context, NCCL buffers and vLLM's own
-activation profile are not counted, so a sum close to the device does not fit either. On a machine without a GPU the
-device size is not known: the plan then gives the figures and the smallest device the sum fits on, or checks
-``mlmt.plan_device_gib``. A peak above the device stops the run at start-up (:func:`refuse_overcommit`) unless
-``mlmt.plan_allow_overcommit``.
+vLLM engine, all awake at once, and verl's weight-transfer bucket), and each level's log-prob pass and update (the
+state between passes, what the pass loads and creates, its logits peak and activations, and the vLLM engines that do
+not sleep: ``rollout.free_cache_engine`` frees them outside generation, except a frozen level's under split). Every
+phase also holds the processes' own memory (:func:`device_overheads`): a CUDA context per process on the device
+(:data:`CUDA_CONTEXT`) and NCCL's buffers in every process of a communicator of more than one rank
+(:data:`NCCL_BUFFERS`). vLLM's activation profile and the allocator's fragmentation are not counted: a device's
+sums must stay within :data:`MARGIN` of its size (``usable``). On a machine without a GPU the device size is not
+known: the plan then gives the figures and the smallest device the sum fits on with the margin, or checks
+``mlmt.plan_device_gib``. A peak above the usable memory stops the run at start-up (:func:`refuse_overcommit`) unless
+``mlmt.plan_allow_overcommit``; before that, padded passes get the largest token budgets that fit
+(:func:`padded_budgets`).
 
 Print it with the run plan: ``python -m verl.trainer.main_mlmt mlmt.plan_only=true mlmt.plan_device_gib=80``.
 """
@@ -67,7 +79,15 @@ DTYPE_BYTES = {
     "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "fp8_inc": 1,
     "auto": 2,  # vLLM's rollout.dtype=auto: fp16 for fp32 and fp16 models, bf16 for bf16 ones
 }  # fmt: skip
-EXCLUDED = "activations, the CUDA context, NCCL buffers and vLLM's activation profile are not counted"
+MARGIN = 0.10  # of each device kept free: vLLM's activation profile, allocator fragmentation, the estimate's error
+EXCLUDED = f"vLLM's activation profile and fragmentation are not counted: the sums keep a {MARGIN * 100:g} % margin"
+# Each process that uses a device holds a CUDA context there (the driver's and the CUDA libraries' kernels and
+# handles): about 0.5 GiB with torch 2.x and lazy module loading on an H100-class GPU.
+CUDA_CONTEXT = 2**29
+# NCCL's buffers in each process of a communicator of more than one rank: NCCL_BUFFSIZE (4 MiB, the Simple protocol)
+# plus the LL128 (~4.6 MiB) and LL (256 KiB) buffers, per channel and peer, with up to 32 channels and two ring peers
+# on NVLink: about 0.6 GiB, rounded up to 1 GiB for the tree and NVLS buffers (NCCL's environment-variable docs).
+NCCL_BUFFERS = 2**30
 
 
 class MemoryUnavailable(ValueError):
@@ -189,6 +209,47 @@ class ModelShape:
         """K and V of one token on one device of a replica (vLLM replicates kv heads when TP exceeds them)."""
         return 2 * self.layers * max(self.kv_heads // tensor_parallel, 1) * self.head_dim * element_bytes
 
+    def layer_activation_bytes(self, element_bytes: int, packed: bool, row: int) -> int:
+        """Bytes autograd keeps per token for the backward of one decoder layer, as transformers' Llama / Qwen2
+        layer computes in ``element_bytes`` (the FSDP engine's ``mixed_precision.param_dtype``), in rows of up to
+        ``row`` tokens:
+
+        * each of the two RMSNorms: its input cast to fp32 (4 × hidden) and its fp32 reciprocal root (4), and its
+          16-bit output (kept by the weight's product), whose product is the projections' input (2 × b × hidden);
+        * attention: the query (b × heads × head_dim), keys and values as sdpa receives them, its output (kept by
+          ``o_proj``) and its fp32 log-sum-exp (4 × heads). Packed (flash-attn, grouped-query natively) keys and
+          values have the kv heads; padded, an attention mask is given, transformers repeats them to every query
+          head (``repeat_kv``) and sdpa keeps the layer's copy of the mask (b × ``row`` per token);
+        * MLP: the gate's and the up projection's outputs, the SiLU's output and the product (4 × b × intermediate).
+
+        ``tests/unit/trainer/test_memory_estimate_on_cpu.py`` checks it against the tensors autograd saves.
+        """
+        q = self.heads * self.head_dim
+        kv = self.kv_heads * self.head_dim if packed else q
+        norms = 2 * ((4 + 2 * element_bytes) * self.hidden + 4)
+        attention = element_bytes * (2 * q + 2 * kv + (0 if packed else row)) + 4 * self.heads
+        return norms + attention + 4 * element_bytes * self.intermediate
+
+
+def activation_bytes_per_token(
+    shape: ModelShape, element_bytes: int, packed: bool, pass_name: str, checkpointing: bool, row: int
+) -> int:
+    """Activation bytes per token of a micro-batch in a pass (``update`` or ``log_prob``), beside its logits.
+
+    Update with gradient checkpointing: every layer's input hidden state (layers × hidden × b, what the checkpoint
+    keeps), the layer the backward recomputes (:meth:`ModelShape.layer_activation_bytes`) and the final norm's
+    tensors (both counted beside the logits, though the backward frees them before the first recompute: an upper
+    bound by one layer). Without checkpointing: every layer's set and the final norm's. A log-prob pass (no autograd)
+    holds one layer's tensors at a time, bounded by the same set. ``row``: the longest row (prompt + response
+    budget), which a padded micro-batch's attention mask spans."""
+    layer = shape.layer_activation_bytes(element_bytes, packed, row)
+    if pass_name == "log_prob":
+        return layer
+    final_norm = (4 + 2 * element_bytes) * shape.hidden + 4
+    if checkpointing:
+        return shape.layers * element_bytes * shape.hidden + layer + final_norm
+    return shape.layers * layer + final_norm
+
 
 def _name_matches(module: str, name: str) -> bool:
     return module == name or module.endswith(f".{name}")
@@ -285,6 +346,9 @@ class LevelMemory:
     critic_unset_offload: dict[str, str]
     logits: list[LogitsPeak]  # the level's passes: log-probs (not the snapshot), the update (a level that trains)
     vllm_weights: int  # per device of a replica
+    tensor_parallel: int  # devices of a vLLM replica's tensor-parallel group (NCCL above 1)
+    bucket: int  # verl's weight-transfer bucket on the actor's device during the push
+    bucket_key: str  # the key that sizes it
     vllm_fraction: float | None  # gpu_memory_utilization, when it sizes vLLM (None: kv_cache_memory_bytes does)
     vllm_budget: int | None  # None: the device size is not known
     vllm_sleeps: bool  # vLLM frees its memory outside generation (rollout.free_cache_engine; not a frozen split level)
@@ -323,7 +387,9 @@ class Phase:
 
     @property
     def smallest_device(self) -> int | None:
-        return math.ceil(self.fixed / (1 - self.fraction)) if self.fraction < 1 else None
+        """The smallest device whose usable memory (:data:`MARGIN` kept free) holds the phase."""
+        room = 1 - MARGIN - self.fraction
+        return math.ceil(self.fixed / room) if room > 0 else None
 
 
 @dataclass
@@ -337,18 +403,21 @@ class DeviceSum:
     fixed: int  # of the peak phase
     fraction: float  # of the device, taken by vLLM engines sized by gpu_memory_utilization (peak phase)
     total: int | None
-    fits: bool | None
+    fits: bool | None  # total within the usable memory (the device less MARGIN)
     smallest_device: int | None  # the smallest device every phase fits on (None: vLLM's shares alone fill it)
     scale_keys: list[str]  # more devices for the level(s): "raise mlmt.hl_gpus", ...
+    overheads: list[Part]  # the processes' CUDA contexts and NCCL buffers, in every phase (device_overheads)
 
 
 @dataclass
 class MemoryPlan:
     device: int | None
     device_source: str
+    usable: int | None  # the device less MARGIN: what every sum must stay within
     levels: dict[str, LevelMemory]
     sums: list[DeviceSum]
     excluded: str = EXCLUDED
+    margin: float = MARGIN
     notices: list[str] = field(default_factory=list)
 
 
@@ -428,7 +497,8 @@ PADDED_FACTOR = 2  # padded tokens of a micro-batch per budget token (verl's par
 
 @dataclass(frozen=True)
 class LogitsPeak:
-    """The logits-related peak of one pass over the largest micro-batch of a level (one device)."""
+    """The token-dependent peak of one pass over the largest micro-batch of a level (one device): its logits and its
+    activations, both proportional to the micro-batch's tokens."""
 
     pass_name: str  # "update" or "log_prob"
     key: str  # the token budget's key
@@ -436,9 +506,21 @@ class LogitsPeak:
     tokens: int  # tokens of the largest micro-batch: the budget packed, PADDED_FACTOR × it padded
     layout: str  # "packed" or "padded"
     vocab: int
-    per_token: int  # bytes per token of the micro-batch
-    bytes: int
+    per_token: int  # logits bytes per token of the micro-batch
+    bytes: int  # of the logits
     longest_row: int  # prompt + response budget: the least budget verl accepts
+    activations_per_token: int  # activation_bytes_per_token
+    checkpointing: bool  # <tree>.model.enable_gradient_checkpointing
+    checkpointing_key: str
+
+    @property
+    def activations(self) -> int:
+        return self.tokens * self.activations_per_token
+
+    def at_budget(self, budget: int) -> int:
+        """Logits and activations of the pass's largest micro-batch with a token budget of ``budget``."""
+        tokens = budget if self.layout == "packed" else PADDED_FACTOR * budget
+        return self.bytes - self.tokens * self.per_token + tokens * (self.per_token + self.activations_per_token)
 
 
 def logits_peak(
@@ -451,9 +533,13 @@ def logits_peak(
     entropy: bool,
     chunked: bool,
     longest_row: int,
+    activations_per_token: int,
+    checkpointing: tuple[bool, str],
 ) -> LogitsPeak:
     """The logits peak of a pass (``update`` or ``log_prob``) with ``budget`` tokens per micro-batch: ``tokens ×
-    vocab × per-element bytes`` (the constants above); ``entropy``: the pass computes it."""
+    vocab × per-element bytes`` (the constants above); ``entropy``: the pass computes it. ``activations_per_token``
+    (:func:`activation_bytes_per_token`) and ``checkpointing`` (whether it is on, its key) describe the activations
+    beside the logits."""
     layout = "packed" if packed else "padded"
     tokens = budget if packed else PADDED_FACTOR * budget
     copies = LOGITS_COPIES[layout, pass_name]
@@ -467,7 +553,7 @@ def logits_peak(
         copies += ENTROPY_COPIES
     per_token = vocab * (copies * element_bytes + fp32)
     return LogitsPeak(pass_name, key, budget, tokens, layout, vocab, per_token, tokens * per_token + transient,
-                      longest_row)  # fmt: skip
+                      longest_row, activations_per_token, *checkpointing)  # fmt: skip
 
 
 def level_memory(
@@ -524,10 +610,14 @@ def level_memory(
             passes.append(("update", "actor.ppo_max_token_len_per_gpu", entropy))
         response = config.data.max_response_length if level == "ll" else rollout.response_length
         longest = int(config.data.max_prompt_length + response)
+        checkpointing = (bool(tree.model.enable_gradient_checkpointing),
+                         f"{tree_name}.model.enable_gradient_checkpointing")  # fmt: skip
         for name, path, entropy in passes:
             budget = int(OmegaConf.select(tree, path))  # the level's own (docstring)
             key = f"{tree_name}.{path}"
-            logits.append(logits_peak(name, key, budget, packed, shape.vocab, element, entropy, chunked, longest))
+            activations = activation_bytes_per_token(shape, element, packed, name, checkpointing[0], longest)
+            logits.append(logits_peak(name, key, budget, packed, shape.vocab, element, entropy, chunked, longest,
+                                      activations, checkpointing))  # fmt: skip
     tensor_parallel = int(rollout.tensor_model_parallel_size)
     weights = dtype_bytes(rollout.dtype, f"{tree_name}.rollout.dtype") * shape.parameters // tensor_parallel
     kv_dtype = OmegaConf.select(rollout, "engine_kwargs.vllm.kv_cache_dtype", default=None)
@@ -575,6 +665,9 @@ def level_memory(
         critic_unset_offload=critic_state["unset"] if critic_state else {},
         logits=logits,
         vllm_weights=weights,
+        tensor_parallel=tensor_parallel,
+        bucket=int(rollout.checkpoint_engine.update_weights_bucket_megabytes) << 20,  # verl's bucket_size
+        bucket_key=f"{tree_name}.rollout.checkpoint_engine.update_weights_bucket_megabytes",
         vllm_fraction=fraction,
         vllm_budget=budget,
         vllm_sleeps=bool(rollout.free_cache_engine) and not keep_awake,
@@ -623,20 +716,54 @@ def _vllm_part(level: LevelMemory) -> Part:
 
 def _pass_parts(level: LevelMemory, peak: LogitsPeak, scale: list[str]) -> list[Part]:
     """What a pass adds to the resident parts: the actor state it loads back (and, in the update, gradients and
-    AdamW moments), and the logits peak of its largest micro-batch."""
+    AdamW moments), and the logits and activations of its largest micro-batch."""
     name = level.level.upper()
     logits_keys = [f"lower {peak.key} (not below {peak.longest_row})"] if peak.budget > peak.longest_row else []
     if peak.layout == "padded":
         logits_keys.append("install flash-attn (packed sequences: docs/GPU_RUN.md)")
-    logits = Part(f"{name} logits of a {peak.tokens:,}-token {peak.layout} micro-batch ({peak.pass_name})",
-                  peak.bytes, 0.0, logits_keys)  # fmt: skip
+    batch = f"a {peak.tokens:,}-token {peak.layout} micro-batch ({peak.pass_name})"
+    logits = Part(f"{name} logits of {batch}", peak.bytes, 0.0, logits_keys)
+    unchecked = peak.pass_name == "update" and not peak.checkpointing
+    how = "" if peak.pass_name == "log_prob" else ", gradient checkpointing " + ("off" if unchecked else "on")
+    activations = Part(f"{name} activations of {batch}{how}", peak.activations, 0.0,
+                       ([f"{peak.checkpointing_key}=true"] if unchecked else []) + logits_keys)  # fmt: skip
     if peak.pass_name == "log_prob":
         loaded = level.actor_parameters - level.actor_resident_parameters  # param_offload: loaded for the pass
-        return [Part(f"{name} actor parameters loaded for the pass", loaded, 0.0, scale), logits]
+        return [Part(f"{name} actor parameters loaded for the pass", loaded, 0.0, scale), logits, activations]
     state = (level.actor_parameters + level.actor_gradients + level.actor_optimizer
              - level.actor_resident_parameters - level.actor_resident_optimizer)  # fmt: skip
     keys = [level.unset_offload[k] for k in ("offload_policy",) if k in level.unset_offload] + scale
-    return [Part(f"{name} gradients (and offloaded state loaded) for the update", state, 0.0, keys), logits]
+    return [Part(f"{name} gradients (and offloaded state loaded) for the update", state, 0.0, keys), logits,
+            activations]  # fmt: skip
+
+
+def _label(level: LevelMemory) -> str:
+    return level.level.upper() if level.level != "snapshot" else "lagged snapshot"
+
+
+def _bucket_part(level: LevelMemory) -> Part:
+    return Part(f"{_label(level)} weight-transfer bucket ({level.bucket_key}={level.bucket >> 20})", level.bucket, 0.0,
+                [f"lower {level.bucket_key} (not below the largest tensor's MiB)"])  # fmt: skip
+
+
+def device_overheads(levels: list[LevelMemory], ranks: int) -> list[Part]:
+    """What the processes on one device hold besides the model state: a CUDA context each (:data:`CUDA_CONTEXT`) and
+    NCCL's buffers in each process of a communicator of more than one rank (:data:`NCCL_BUFFERS`).
+
+    The processes on a device of ``ranks`` (the pool's devices): one worker process holding every role of the pool's
+    levels (the project fuses each level's actor, reference and critic, and under colocated placement both levels,
+    with verl's ``create_colocated_worker_cls``, one process per device: ``max_colocate_count=1``), whose FSDP
+    collectives use NCCL when ``ranks`` > 1; and one vLLM worker per level (verl starts vLLM with the ``mp`` executor:
+    a worker process per device of a replica), in an NCCL group when its replica has tensor parallelism."""
+    worker = f"{' + '.join(_label(level) for level in levels)} worker"
+    processes = [worker] + [f"{_label(level)} vLLM worker" for level in levels]
+    nccl = ([worker] if ranks > 1 else []) + [f"{_label(lv)} vLLM worker" for lv in levels if lv.tensor_parallel > 1]
+    parts = [Part(f"CUDA contexts ({len(processes)} process(es) × {gib(CUDA_CONTEXT)} GiB: {', '.join(processes)})",
+                  len(processes) * CUDA_CONTEXT, 0.0, [])]  # fmt: skip
+    if nccl:
+        parts.append(Part(f"NCCL buffers ({len(nccl)} process(es) × {gib(NCCL_BUFFERS)} GiB: {', '.join(nccl)})",
+                          len(nccl) * NCCL_BUFFERS, 0.0, []))  # fmt: skip
+    return parts
 
 
 def _phase(name: str, parts: list[Part], device: int | None, logits: LogitsPeak | None = None) -> Phase:
@@ -647,19 +774,25 @@ def _phase(name: str, parts: list[Part], device: int | None, logits: LogitsPeak 
     return Phase(name, parts, fixed, fraction, total, logits)
 
 
-def device_sum(levels: list[LevelMemory], devices: str, device: int | None, scale: list[str]) -> DeviceSum:
-    """The phases of a step on devices that hold ``levels`` (module docstring) and the largest of them.
+def device_sum(levels: list[LevelMemory], devices: str, device: int | None, scale: list[str], ranks: int) -> DeviceSum:
+    """The phases of a step on devices that hold ``levels`` (module docstring) and the largest of them; ``ranks``:
+    the devices of the pool (:func:`device_overheads`).
 
-    Generation: every level's resident state and its vLLM engine (all awake at once). A level's log-prob or update
-    pass: the resident state, what the pass adds (:func:`_pass_parts`), and the vLLM engines that do not sleep.
-    A critic's update adds its gradients and the state it loads back (no logits: one value per token).
+    Every phase holds the processes' overheads. Generation: every level's resident state, its vLLM engine (all awake
+    at once) and its weight-transfer bucket (the push that precedes generation fills it on the actor's device while
+    vLLM holds its weights, and the actor's caching allocator keeps the block). A level's log-prob or update pass:
+    the resident state, what the pass adds (:func:`_pass_parts`), and the vLLM engines that do not sleep. A critic's
+    update adds its gradients and the state it loads back (no logits: one value per token).
     """
+    overheads = device_overheads(levels, ranks)
 
     def resident(phase: str) -> list[Part]:
-        return [part for level in levels for part in _resident_parts(level, phase, scale)]
+        return overheads + [part for level in levels for part in _resident_parts(level, phase, scale)]
 
     awake = [_vllm_part(level) for level in levels if not level.vllm_sleeps]
-    phases = [_phase("generation", resident("generation") + [_vllm_part(level) for level in levels], device)]
+    engines = [_vllm_part(level) for level in levels] + [_bucket_part(level) for level in levels]
+    generation = resident("generation") + engines
+    phases = [_phase("generation", generation, device)]
     for level in levels:
         for peak in level.logits:
             name = f"{level.level.upper()} {'update' if peak.pass_name == 'update' else 'log-prob pass'}"
@@ -682,10 +815,16 @@ def device_sum(levels: list[LevelMemory], devices: str, device: int | None, scal
         fixed=peak.fixed,
         fraction=peak.fraction,
         total=peak.total,
-        fits=None if peak.total is None else peak.total <= device,
+        fits=None if peak.total is None else peak.total <= usable(device),
         smallest_device=None if None in needed else max(needed),
         scale_keys=scale,
+        overheads=overheads,
     )
+
+
+def usable(device: int | None) -> int | None:
+    """The memory of a device the sums must stay within: the device less :data:`MARGIN`."""
+    return None if device is None else int(device * (1 - MARGIN))
 
 
 PLAN_DEVICE_KEY = "mlmt.plan_device_gib"
@@ -754,7 +893,8 @@ def memory_plan(config: DictConfig, device: int | None, device_source: str, refe
     if config.mlmt.placement == "colocated":
         count = level_ranks(config, "ll")
         scale = ["raise trainer.n_gpus_per_node (the state is sharded over the devices)", "mlmt.placement=split"]
-        sums = [device_sum(policies, f"each of the {count} shared devices (mlmt.placement=colocated)", device, scale)]
+        devices = f"each of the {count} shared devices (mlmt.placement=colocated)"
+        sums = [device_sum(policies, devices, device, scale, count)]
     else:
         sums = [
             device_sum(
@@ -762,44 +902,55 @@ def memory_plan(config: DictConfig, device: int | None, device_source: str, refe
                 f"each of the {level.ranks} {name.upper()} devices (mlmt.{name}_gpus)",
                 device,
                 [f"raise mlmt.{name}_gpus (the state is sharded over the level's devices)"],
+                level.ranks,
             )
             for name, level in zip(names, policies, strict=True)
         ]
     if "snapshot" in levels:
         count = levels["snapshot"].ranks
         sums.append(device_sum([levels["snapshot"]], f"each of the {count} lagged-snapshot devices", device,
-                               ["raise mlmt.ll_gpus (the snapshot has as many devices as the LL)"]))  # fmt: skip
-    plan = MemoryPlan(device=device, device_source=device_source, levels=levels, sums=sums)
+                               ["raise mlmt.ll_gpus (the snapshot has as many devices as the LL)"], count))  # fmt: skip
+    plan = MemoryPlan(device=device, device_source=device_source, usable=usable(device), levels=levels, sums=sums)
     plan.notices = memory_notices(plan)
     return plan
 
 
 def padded_budgets(plan: MemoryPlan) -> dict[str, int]:
-    """The token budgets to lower so that each padded pass (sdpa, ``use_remove_padding=false``) fits the device:
-    ``{key: budget}``. A pass whose phase exceeds the device gets the largest budget whose logits peak fits beside
-    the rest of the phase, never above its setting; one that would need less than its longest row (the least verl
-    accepts) is left as it is, and start-up refuses the run with the numbers (:func:`refuse_overcommit`)."""
+    """The token budgets to lower so that each padded pass (sdpa, ``use_remove_padding=false``) fits the usable
+    memory (the device less :data:`MARGIN`): ``{key: budget}``. A pass whose phase exceeds it gets the largest budget
+    whose logits and activations fit beside the rest of the phase, never above its setting; one that would need less
+    than its longest row (the least verl accepts) is left as it is, and start-up refuses the run with the numbers
+    (:func:`refuse_overcommit`)."""
     lowered: dict[str, int] = {}
-    if plan.device is None:
+    if plan.usable is None:
         return lowered
     for group in plan.sums:
         for phase in group.phases:
             peak = phase.logits
-            if peak is None or peak.layout != "padded" or phase.total <= plan.device:
+            if peak is None or peak.layout != "padded" or phase.total <= plan.usable:
                 continue
-            room = plan.device - (phase.total - peak.bytes)
-            budget = max(room, 0) // (PADDED_FACTOR * peak.per_token)
+            budget = _padded_budget(phase, plan.usable)
             if peak.longest_row <= budget < peak.budget:
                 lowered[peak.key] = min(budget, lowered.get(peak.key, budget))
     return lowered
+
+
+def _padded_budget(phase: Phase, room: int) -> int:
+    """The largest token budget of ``phase``'s padded pass whose logits and activations fit in ``room`` bytes beside
+    the rest of the phase."""
+    peak = phase.logits
+    left = room - (phase.total - peak.bytes - peak.activations)
+    return max(left, 0) // (PADDED_FACTOR * (peak.per_token + peak.activations_per_token))
 
 
 ALLOW_KEY = "mlmt.plan_allow_overcommit"
 
 
 def overcommit_messages(plan: MemoryPlan) -> list[str]:
-    """For each group of devices whose peak exceeds the device: the devices, the sum and its phase, its three
-    largest parts with what lowers each, and the keys that give the level(s) more devices (none already set)."""
+    """For each group of devices whose peak exceeds the usable memory (the device less :data:`MARGIN`): the devices,
+    the sum and its phase, its three largest parts with what lowers each, what the phase needs at the least token
+    budget verl accepts when its sequences are padded, and the keys that give the level(s) more devices (none already
+    set)."""
     messages = []
     for group in plan.sums:
         if group.fits is not False:
@@ -815,10 +966,25 @@ def overcommit_messages(plan: MemoryPlan) -> list[str]:
         messages.append(
             f"GPU memory: {' + '.join(name.upper() for name in group.levels)} "
             f"{'needs' if len(group.levels) == 1 else 'need'} about {gib(group.total)} GiB on "
-            f"{group.devices} at the peak ({group.peak}), of {gib(plan.device)} GiB ({plan.device_source}; "
-            f"{EXCLUDED}). Largest parts: {parts}. Or: {'; '.join(group.scale_keys)}"
+            f"{group.devices} at the peak ({group.peak}), of {gib(plan.usable)} GiB usable ({gib(plan.device)} GiB, "
+            f"{plan.device_source}, less a {MARGIN * 100:g} % margin for vLLM's activation profile and "
+            f"fragmentation).{_padded_text(phase, plan.usable)} Largest parts: {parts}. Or: "
+            f"{'; '.join(group.scale_keys)}"
         )
     return messages
+
+
+def _padded_text(phase: Phase, room: int) -> str:
+    """For a padded pass: the budget a GPU start-up lowers it to, or what the pass needs at the least budget."""
+    peak = phase.logits
+    if peak is None or peak.layout != "padded":
+        return ""
+    budget = _padded_budget(phase, room)
+    if peak.longest_row <= budget < peak.budget:
+        return f" Padded sequences: a start-up on a GPU lowers {peak.key} to {budget}, the largest budget that fits."
+    least = phase.total - peak.bytes - peak.activations + peak.at_budget(peak.longest_row)
+    return (f" Padded sequences: at the least budget verl accepts ({peak.key}={peak.longest_row}, the longest row) "
+            f"the {phase.name} still needs {gib(least)} GiB.")  # fmt: skip
 
 
 def memory_notices(plan: MemoryPlan) -> list[str]:
@@ -856,7 +1022,12 @@ def gib(value: int | None) -> str:
 
 def render_memory(plan: MemoryPlan) -> list[str]:
     """The plan's Markdown lines of the estimate."""
-    device = f"{gib(plan.device)} GiB ({plan.device_source})" if plan.device is not None else plan.device_source
+    device = (
+        f"{gib(plan.device)} GiB ({plan.device_source}); usable {gib(plan.usable)} GiB (a {MARGIN * 100:g} % "
+        "margin kept free)"
+        if plan.device is not None
+        else f"{plan.device_source}; the sums must stay within {(1 - MARGIN) * 100:g} % of it"
+    )
     lines = [f"## GPU memory per device (estimate from config.json; {EXCLUDED})", f"- device: {device}"]
     for level in plan.levels.values():
         name = "lagged snapshot (LL model, never updated)" if level.level == "snapshot" else level.level.upper()
@@ -902,6 +1073,13 @@ def render_memory(plan: MemoryPlan) -> list[str]:
             f"{peak.layout} tokens × {peak.per_token:,} bytes)"
             for peak in level.logits
         )
+        activations = "; ".join(
+            f"{peak.pass_name.replace('_', '-')} {gib(peak.activations)} GiB ({peak.tokens:,} tokens × "
+            f"{peak.activations_per_token:,} bytes"
+            + ("" if peak.pass_name == "log_prob" else
+               f", {peak.checkpointing_key}={str(peak.checkpointing).lower()}") + ")"
+            for peak in level.logits
+        )  # fmt: skip
         sleeps = "asleep outside generation" if level.vllm_sleeps else "awake in every phase"
         lines += [
             f"- {name}: {level.parameters / 1e9:.2f}B parameters, FSDP over {level.shards} of {level.ranks} rank(s), "
@@ -909,6 +1087,9 @@ def render_memory(plan: MemoryPlan) -> list[str]:
             f"  - actor: {state} GiB{host}",
             f"  - reference: {reference}; critic: {critic}",
             *([f"  - logits peak of the largest micro-batch: {logits}"] if logits else []),
+            *([f"  - activations of the largest micro-batch: {activations}"] if activations else []),
+            f"  - weight-transfer bucket: {gib(level.bucket)} GiB on the actor's device in generation "
+            f"({level.bucket_key}={level.bucket >> 20})",
             f"  - vLLM ({sleeps}): {budget}; weights {gib(level.vllm_weights)} GiB; {capacity} "
             f"({level.kv_bytes_per_token:,} bytes of KV per token)",
         ]
@@ -928,7 +1109,8 @@ def render_memory(plan: MemoryPlan) -> list[str]:
             verdict = "fits" if group.fits else "DOES NOT FIT"
             phases = ", ".join(f"{phase.name} {gib(phase.total)}" for phase in group.phases)
             lines.append(
-                f"- peak on {group.devices} ({group.peak}): {names} = {gib(group.total)} of {gib(plan.device)} GiB — "
-                f"{verdict} (phases: {phases} GiB)"
+                f"- peak on {group.devices} ({group.peak}): {names} = {gib(group.total)} of {gib(plan.usable)} GiB "
+                f"usable — {verdict} (phases: {phases} GiB)"
             )
+        lines += [f"  - in every phase: {part.what} = {gib(part.bytes)} GiB" for part in group.overheads]
     return lines

@@ -7,7 +7,9 @@ Each script runs through bash with MLMT_PYTHON set to a stub that records the ar
 `python -m verl.trainer.main_mlmt`; that argv is composed in-process as the entry point does. The training-set sizes
 are those of the files `examples/data_preprocess/prepare_all.sh` writes (MATH train: 7,500 problems; MBPP train:
 374), which epochs-mode runs count their steps from. Each script's GPU run is estimated on 80 GiB devices (its models'
-config.json written here): none is refused at start-up, and a 7B feedback writer on the default 2 + 2 split is.
+config.json written here), with flash-attn (packed sequences) and without it (sdpa, padded sequences, the token
+budgets start-up lowers): none is refused at start-up; a 7B feedback writer on the default 2 + 2 split is, and a
+Qwen2.5-1.5B solver without flash-attn has its update's budget lowered to keep the 10 % margin (issue 43, point 1).
 """
 
 from __future__ import annotations
@@ -20,8 +22,9 @@ from pathlib import Path
 import pytest
 
 from agent_system.config import ConfigError, compose_config
+from agent_system.launcher.gpu_checks import attention_fallback, lower_padded_budgets
 from agent_system.launcher.main import check_config, check_stages_reached, set_schedule_horizon
-from agent_system.launcher.memory_estimate import refuse_overcommit
+from agent_system.launcher.memory_estimate import GIB, MARGIN, overcommit_messages, refuse_overcommit
 from agent_system.launcher.plan import build_plan, refuse_small_mini_batches, render_markdown
 
 pytestmark = pytest.mark.external  # runs the bash experiment scripts
@@ -139,18 +142,23 @@ SHAPES = {
     "Qwen/Qwen2.5-7B-Instruct": {"model_type": "qwen2", "hidden_size": 3584, "intermediate_size": 18944,
                                  "num_attention_heads": 28, "num_hidden_layers": 28, "num_key_value_heads": 4,
                                  "vocab_size": 152064, "tie_word_embeddings": False},
+    "Qwen/Qwen2.5-1.5B-Instruct": {"model_type": "qwen2", "hidden_size": 1536, "intermediate_size": 8960,
+                                   "num_attention_heads": 12, "num_hidden_layers": 28, "num_key_value_heads": 2,
+                                   "vocab_size": 151936, "tie_word_embeddings": True},
 }  # fmt: skip
 GPU_RUN = [
     f"{tree}.{key}"
     for tree in ("actor_rollout_ref", "hl")
     for key in ("rollout.dtype=bfloat16", "rollout.engine_kwargs.vllm.kv_cache_memory_bytes=null",
                 "rollout.free_cache_engine=true", "model.use_remove_padding=true",
-                "actor.ppo_max_token_len_per_gpu=16384", "rollout.log_prob_max_token_len_per_gpu=16384")
+                "actor.ppo_max_token_len_per_gpu=16384", "rollout.log_prob_max_token_len_per_gpu=16384",
+                "model.enable_gradient_checkpointing=true")
 ] + [f"++{tree}.actor.fsdp_config.mixed_precision.param_dtype=bf16" for tree in ("actor_rollout_ref", "hl")] + [
     "mlmt.plan_device_gib=80"]  # fmt: skip
 
 
-def _gpu_plan(argv: list[str], tmp_path: Path, script: str):
+def _gpu_config(argv: list[str], tmp_path: Path, script: str):
+    """The config of the script's GPU run, its models' folders holding their config.json."""
     folders = {}
     for name, shape in SHAPES.items():
         folders[name] = tmp_path / name.replace("/", "--")
@@ -159,31 +167,72 @@ def _gpu_plan(argv: list[str], tmp_path: Path, script: str):
     local = [next((f"{arg.split('=')[0]}={folders[v]}" for v in folders if arg.endswith(f"={v}")), arg) for arg in argv]
     config = compose_config([*local, *GPU_RUN])
     check_config(config)
+    set_schedule_horizon(config, TRAIN_ROWS[script.split("/")[0]])
+    return config
+
+
+def _gpu_plan(argv: list[str], tmp_path: Path, script: str, flash_attn: bool = True):
+    """The plan of the script's GPU run; without ``flash_attn``, after start-up's sdpa fallback and lowering."""
+    config = _gpu_config(argv, tmp_path, script)
     rows = TRAIN_ROWS[script.split("/")[0]]
-    set_schedule_horizon(config, rows)
+    if not flash_attn:
+        attention_fallback(config, on_gpu=True, flash_attn=False)
+        lower_padded_budgets(config, build_plan(config, rows, 500).memory)
     return build_plan(config, rows, 500)
 
 
+@pytest.mark.parametrize("flash_attn", [True, False], ids=["flash-attn", "sdpa"])
 @pytest.mark.parametrize("script", SCRIPTS)
-def test_each_script_fits_80_gib_devices_on_its_default_gpus(script, tmp_path):
-    plan = _gpu_plan(_argv(script, tmp_path), tmp_path, script)
+def test_each_script_fits_80_gib_devices_on_its_default_gpus(script, flash_attn, tmp_path):
+    plan = _gpu_plan(_argv(script, tmp_path), tmp_path, script, flash_attn)
     assert plan.memory is not None, plan.memory_unavailable
     refuse_overcommit(plan.memory, allowed=False)  # start-up would not refuse it
     assert all(group.fits for group in plan.memory.sums), render_markdown(plan)
+    assert all(group.total <= 80 * GIB * (1 - MARGIN) for group in plan.memory.sums)  # the margin kept free
+
+
+def test_a_1_5b_solver_without_flash_attn_is_lowered_to_keep_the_margin(tmp_path):
+    """Qwen2.5-1.5B's 151,936-entry vocabulary on padded rows: its update's logits (65 GiB at 2 × 16,384 tokens)
+    beside its state, activations and the processes' overheads exceed 72 of 80 GiB; start-up lowers its budget."""
+    script = "math/HLT_LLT_RR_1_15.sh"
+    argv = [*_argv(script, tmp_path), "actor_rollout_ref.model.path=Qwen/Qwen2.5-1.5B-Instruct"]
+    assert all(group.fits for group in _gpu_plan(argv, tmp_path, script).memory.sums)  # flash-attn: fits as it is
+    config = _gpu_config(argv, tmp_path, script)
+    attention_fallback(config, on_gpu=True, flash_attn=False)
+    before = build_plan(config, TRAIN_ROWS["math"], 500)
+    message = next(text for text in overcommit_messages(before.memory) if text.startswith("GPU memory: LL "))
+    update = "actor_rollout_ref.actor.ppo_max_token_len_per_gpu"
+    assert "LL needs about 85.04 GiB on each of the 2 LL devices (mlmt.ll_gpus) at the peak (LL update)" in message
+    assert "of 72.00 GiB usable (80.00 GiB, mlmt.plan_device_gib=80, less a 10 % margin" in message
+    assert f"a start-up on a GPU lowers {update} to 13397" in message
+    assert f"{update}=13397" in lower_padded_budgets(config, before.memory)
+    after = build_plan(config, TRAIN_ROWS["math"], 500)
+    refuse_overcommit(after.memory, allowed=False)
+    page = render_markdown(after)
+    assert "- device: 80.00 GiB (mlmt.plan_device_gib=80); usable 72.00 GiB (a 10 % margin kept free)" in page
+    assert "(LL update): LL = 72.00 of 72.00 GiB usable — fits" in page
 
 
 def test_a_7b_feedback_writer_on_the_default_split_is_refused_at_start_up(tmp_path):
     argv = [*_argv("math/HLT_LLT_RR_1_15.sh", tmp_path), "hl.model.path=Qwen/Qwen2.5-7B-Instruct"]
     plan = _gpu_plan(argv, tmp_path, "math/HLT_LLT_RR_1_15.sh")
-    with pytest.raises(ConfigError, match=r"HL needs about 89\.23 GiB on each of the 2 HL devices \(mlmt\.hl_gpus\)"):
+    with pytest.raises(ConfigError, match=r"HL needs about 98\.16 GiB on each of the 2 HL devices \(mlmt\.hl_gpus\)"):
         refuse_overcommit(plan.memory, allowed=False)
 
 
 # The 2 × 8 reproduction (issue 42, point 5), planned on this GPU-less machine for H100 nodes (mlmt.plan_device): the
 # scripts take the devices of one node from GPUS_PER_NODE, the plan refuses pools the nodes cannot hold, and a node
 # count set to both pools' sum is noticed with the key that fixes it.
-QWEN_1_5B = {"model_type": "qwen2", "hidden_size": 1536, "intermediate_size": 8960, "num_attention_heads": 12,
-             "num_hidden_layers": 28, "num_key_value_heads": 2, "vocab_size": 151936, "tie_word_embeddings": True}
+QWEN_1_5B = {
+    "model_type": "qwen2",
+    "hidden_size": 1536,
+    "intermediate_size": 8960,
+    "num_attention_heads": 12,
+    "num_hidden_layers": 28,
+    "num_key_value_heads": 2,
+    "vocab_size": 151936,
+    "tie_word_embeddings": True,
+}
 REPRODUCTION = {"LL_GPUS": "8", "HL_GPUS": "8", "GPUS_PER_NODE": "8"}
 
 

@@ -14,6 +14,7 @@ import pytest
 
 from agent_system.config import ConfigError, compose_config
 from agent_system.launcher.main import check_config, set_schedule_horizon
+from agent_system.launcher.memory_estimate import CUDA_CONTEXT
 from agent_system.launcher.plan import (
     PlanMismatch,
     build_plan,
@@ -153,23 +154,29 @@ def test_the_plan_gives_each_devices_gpu_memory_and_warns_when_it_does_not_fit(t
     (model / "config.json").write_text(json.dumps(LLAMA_1B))
     gpu_like = [f"{tree}.rollout.{key}" for tree in ("actor_rollout_ref", "hl")
                 for key in ("dtype=bfloat16", "engine_kwargs.vllm.kv_cache_memory_bytes=null",
-                            "gpu_memory_utilization=0.35", f"max_model_len={768 + 1024}")]  # fmt: skip
+                            "gpu_memory_utilization=0.25", f"max_model_len={768 + 1024}")]  # fmt: skip
     overrides = [f"actor_rollout_ref.model.path={model}", f"hl.model.path={model}", "mlmt.placement=colocated",
                  "hl.rollout.response_length=1024", "data.max_response_length=1024", *gpu_like]  # fmt: skip
     config, plan = _plan([*overrides, "trainer.n_gpus_per_node=1", "mlmt.plan_device_gib=141"])
     (shared,) = plan.memory.sums
     # one shared 141 GiB device, the CPU overlay's settings (vLLM awake throughout, padded sequences, fp32 compute, no
-    # entropy bonus, 768 + 1024-token micro-batches): the peak is the LL's update, with both fp32 actors' parameters
-    # and moments (12 bytes a parameter each), the LL's gradients (4), the logits of a padded micro-batch (2 × 1,792
-    # tokens × 128,256 × 5 copies × 4 bytes) and both vLLM shares of 0.35 × 141 GiB
+    # entropy bonus, no gradient checkpointing, 768 + 1024-token micro-batches): the peak is the LL's update, with both
+    # fp32 actors' parameters and moments (12 bytes a parameter each), the LL's gradients (4), the logits of a padded
+    # micro-batch (2 × 1,792 tokens × 128,256 × 5 copies × 4 bytes), its activations (every layer's fp32 tensors:
+    # norms, query, keys and values repeated to 32 heads, output, the 1,792-token mask row, log-sum-exp, MLP; and the
+    # final norm), both vLLM shares of 0.25 × 141 GiB and three processes' CUDA contexts (one rank: no NCCL)
     logits = 2 * 1792 * 128_256 * 5 * 4
-    peak = 2 * 12 * P1B + 4 * P1B + logits + 2 * 52_989_159_014
+    layer = 2 * (12 * 2048 + 4) + 4 * (4 * 2048 + 1792) + 4 * 32 + 4 * 4 * 8192
+    activations = 2 * 1792 * (16 * layer + 12 * 2048 + 4)
+    vllm = int(0.25 * 141 * 2**30)
+    fixed = 2 * 12 * P1B + 4 * P1B + logits + activations + 3 * CUDA_CONTEXT
+    peak = fixed + 2 * vllm
     assert shared.levels == ["ll", "hl"] and shared.peak == "LL update" and shared.total == peak and shared.fits
     assert plan.levels["ll"].reference.startswith("none")
-    assert plan.memory.levels["ll"].kv_sequences == (52_989_159_014 - 2 * P1B) // 32_768 // 1792 == 860
+    assert plan.memory.levels["ll"].kv_sequences == (vllm - 2 * P1B) // 32_768 // 1792 == 602
     page = render_markdown(plan)
-    assert "## GPU memory per device" in page and "141.00 GiB (mlmt.plan_device_gib=141)" in page
-    assert f"(LL update): LL + HL = {peak / 2**30:.2f} of 141.00 GiB — fits" in page
+    assert "## GPU memory per device" in page and "141.00 GiB (mlmt.plan_device_gib=141); usable 126.90 GiB" in page
+    assert f"(LL update): LL + HL = {peak / 2**30:.2f} of 126.90 GiB usable — fits" in page
     write_plan(plan, tmp_path / "run")
     saved = read_plan(tmp_path / "run")["memory"]
     assert saved["device"] == 141 * 2**30 and saved["sums"][0]["total"] == shared.total
@@ -177,16 +184,16 @@ def test_the_plan_gives_each_devices_gpu_memory_and_warns_when_it_does_not_fit(t
 
     config.mlmt.plan_device_gib = 80  # the same on one 80 GiB device does not fit
     small = build_plan(config, 10_000, 8)
-    small_peak = 28 * P1B + logits + 2 * 30_064_771_072
+    small_peak = fixed + 2 * int(0.25 * 80 * 2**30)
     assert small.memory.sums[0].total == small_peak and small.memory.sums[0].fits is False
-    assert f"{small_peak / 2**30:.2f} of 80.00 GiB — DOES NOT FIT" in render_markdown(small)
+    assert f"{small_peak / 2**30:.2f} of 72.00 GiB usable — DOES NOT FIT" in render_markdown(small)
     (notice,) = small.notices
     assert notice.startswith(f"GPU memory: LL + HL need about {small_peak / 2**30:.2f} GiB on each of the 1 shared")
 
     config.mlmt.plan_device_gib = None  # on CPU: the device's size is not known here
     unknown = render_markdown(build_plan(config, 10_000, 8))
     assert "- device: not known here (no GPU; set mlmt.plan_device=<name> or mlmt.plan_device_gib=<GiB>" in unknown
-    assert f"+ 0.7 × device; fits a device of at least {(28 * P1B + logits) / 0.3 / 2**30:.2f} GiB" in unknown
+    assert f"+ 0.5 × device; fits a device of at least {fixed / (0.9 - 0.5) / 2**30:.2f} GiB" in unknown
 
 
 def test_without_a_model_config_the_plan_says_why_there_is_no_memory_estimate():
