@@ -43,8 +43,9 @@ passed as arguments, so it is unit-tested on a machine without a GPU; the thin r
 
 The per-device memory estimate (item 9 of the GPU issue) is part of the run plan
 (:mod:`agent_system.launcher.memory_estimate`): ``main.preflight`` logs it at start-up, before Ray. On a GPU it first
-lowers the token budgets of padded passes (no flash-attn) to what fits (:func:`lower_padded_budgets`), then refuses a
-run whose estimated peak still exceeds a device, unless ``mlmt.plan_allow_overcommit``. Here ``mlmt.plan_device_gib``
+lowers the token budgets of padded passes (no flash-attn) to what fits with the estimate's margin
+(:func:`lower_padded_budgets`), then refuses a run whose estimated peak still exceeds a device less that margin,
+unless ``mlmt.plan_allow_overcommit``. Here ``mlmt.plan_device_gib``
 is checked with the other device settings.
 """
 
@@ -363,8 +364,9 @@ def attention_fallback(config: DictConfig, on_gpu: bool, flash_attn: bool) -> li
 
 
 def lower_padded_budgets(config: DictConfig, memory: MemoryPlan) -> list[str]:
-    """Set the token budgets :func:`~agent_system.launcher.memory_estimate.padded_budgets` lowers (a log-prob budget
-    also caps the level's reference, which runs the same pass); returns the ``key=value`` settings made.
+    """Set the token budgets :func:`~agent_system.launcher.memory_estimate.padded_budgets` lowers to keep each padded
+    pass within the device less ``memory_estimate.MARGIN`` (a log-prob budget also caps the level's reference, which
+    runs the same pass); returns the ``key=value`` settings made.
 
     Each key's value is read as the level's workers receive it, in its view (:func:`~agent_system.config.level_view`):
     verl's default ``<tree>.ref.log_prob_max_token_len_per_gpu`` interpolates
