@@ -164,8 +164,9 @@ def test_arithmetic_is_exact_and_bounded(text, value):
     ],
 )
 @pytest.mark.parametrize("gold", ["24", "(4, 3)", "\\text{(B)}", "5\\sqrt{2}"])
-def test_a_hostile_feedback_takes_under_a_second_and_never_raises(text, gold):
-    """One feedback's check (normalizing included) per gold kind; alone each takes under 0.4 s."""
-    started = time.perf_counter()
+def test_a_hostile_feedback_is_checked_in_bounded_time_and_never_raises(text, gold):
+    """One feedback's check (normalizing included) per gold kind: each takes under 0.4 s of CPU; the bound is on this
+    process's CPU time, which other processes on the machine do not inflate (a quadratic pattern took 6 s)."""
+    started = time.process_time()
     value_presence.gold_leaked(leak.normalized(leak.scanned_text(text)), "", gold)
-    assert time.perf_counter() - started < 1.0
+    assert time.process_time() - started < 2.0
