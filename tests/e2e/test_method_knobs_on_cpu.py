@@ -7,8 +7,9 @@
   ``trainer.total_epochs`` epochs) and the default (1, 1) schedule (both levels every step, updated concurrently).
 * Stage I pulls turn 1 toward the reference (``mlmt.stages.kl_in=loss``, the default): a run that first drifts from
   the reference (stage II, β = 0) and then switches to stage I with β = 4 on turns 1 and 3 ends stage I with the LL's
-  turn-1 KL to its reference (``ll/kl_mean@t1``) well below where stage II left it. The deterministic proof on fixed rows is
-  tests/integration/test_turn_kl_workers_on_cpu.py; this is the same in a sampled run (see the test's comment).
+  turn-1 KL to its reference (``ll/kl_mean@t1``) well below where stage II left it. The deterministic proof on fixed
+  rows is tests/integration/test_turn_kl_workers_on_cpu.py; this is the same in a sampled run (see the test's
+  comment).
 """
 
 from __future__ import annotations
