@@ -246,14 +246,16 @@ def _check_stages_active(schedule: list[int]) -> None:
 
 def preflight(config: DictConfig):
     """Before Ray and any worker start: the data-dependent checks (test-split training rows, validation rows that
-    are evaluation rows), the optimizers' horizons and the run plan, logged and written as ``run_plan.json`` /
+    are evaluation rows), the optimizers' horizons, each trained level's estimator on a synthetic batch
+    (:func:`check_estimators`) and the run plan, logged and written as ``run_plan.json`` /
     ``run_plan.md`` in ``trainer.default_local_dir``. Returns the :class:`~agent_system.launcher.plan.RunPlan`.
 
     On a GPU (or the one ``mlmt.plan_device`` names), padded passes (no flash-attn) get token budgets their logits
     fit (``gpu_checks.lower_padded_budgets``).
 
     Raises:
-        ConfigError: On a GPU (and under ``mlmt.plan_only``), a device's estimated peak exceeds the device and
+        ConfigError: An estimator fails on the synthetic batch; or on a GPU (and under ``mlmt.plan_only``), a device's
+            estimated peak exceeds the device and
             ``mlmt.plan_allow_overcommit`` is false (:func:`~agent_system.launcher.memory_estimate.refuse_overcommit`).
     """
     from agent_system import verl_plugin
@@ -271,6 +273,7 @@ def preflight(config: DictConfig):
     check_stages_reached(config, len(train_frame))
     val_rows = None if val_frame is None else len(val_frame)
     plan = build_plan(config, len(train_frame), val_rows)
+    check_estimators(config, [name for name, level in plan.levels.items() if not level.frozen])
     lowered = lower_padded_budgets(config, plan.memory) if plan.memory and plans_a_gpu(config) else []
     if lowered:
         logger.warning(
@@ -287,6 +290,22 @@ def preflight(config: DictConfig):
     for notice in plan.notices:
         logger.warning("%s", notice)
     return plan
+
+
+def check_estimators(config: DictConfig, levels: list[str]) -> None:
+    """Each trained level's estimator (a method's or a plug-in's) called once, as the trainer calls it, on a synthetic
+    batch of the run's nested groups (``advantages.estimator_contract_error``).
+
+    Raises:
+        ConfigError: An estimator raised, returned the wrong shapes or a non-finite value; the message names it.
+    """
+    from agent_system.config import ConfigError
+    from agent_system.trainer.advantages import estimator_contract_error
+
+    for level in levels:
+        error = estimator_contract_error(level, config.mlmt, config.algorithm)
+        if error:
+            raise ConfigError(error)
 
 
 def check_prompt_budget(config: DictConfig, prompts, tokenizers: dict, frames: dict[str, pd.DataFrame | None]) -> None:

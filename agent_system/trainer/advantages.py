@@ -467,3 +467,42 @@ def groups_with_signal(advantages: torch.Tensor, response_mask: torch.Tensor, in
     keys = np.asarray(index)
     groups = np.unique(keys)
     return float(np.mean([moved[keys == key].any() for key in groups])) if len(groups) else 0.0
+
+
+def estimator_contract_error(level: str, mlmt, algorithm) -> str | None:
+    """What is wrong with ``mlmt.<level>.adv_estimator`` when called as the trainer calls it, on a synthetic batch of
+    the run's nested groups (2 problems × n attempts × m feedbacks, rows of different lengths, rewards 0/1, random
+    values for an estimator that reads them): None, or a one-line message. Run before any worker starts, so a
+    plug-in's shape bug shows in seconds instead of after the first rollouts."""
+    estimator = mlmt[level].adv_estimator
+    n, m = int(mlmt.n), max(int(mlmt.m), 1)
+    problem, attempt, turn = [], [], []
+    for p in range(2):
+        for a in range(n):
+            if level == "ll":
+                problem.append(p), attempt.append(a), turn.append(1)
+            problem.extend([p] * m), attempt.extend([a] * m), turn.extend([3 if level == "ll" else 2] * m)
+    rows, length = len(turn), 6
+    mask = torch.ones(rows, length, dtype=torch.long)
+    mask[::2, length // 2 :] = 0  # rows of different lengths
+    rng = np.random.default_rng(0)
+    rewards = place_on_last_token(rng.integers(0, 2, rows).astype(np.float64), mask)
+    index = group_keys(problem, attempt, turn, mlmt.ll.turn3_group_by)
+    values = torch.as_tensor(rng.normal(size=(rows, length)), dtype=torch.float32) * mask
+    what = f"mlmt.{level}.adv_estimator={estimator} on a synthetic batch of {rows} rows × {length} tokens"
+    for value in sorted(set(turn)):  # called once per turn, as per_turn_advantages calls it
+        picked = torch.as_tensor([i for i, t in enumerate(turn) if t == value])
+        part_mask, keys = mask[picked], index[picked.numpy()]
+        try:
+            result = compute_advantages(estimator, rewards[picked], part_mask, keys, algorithm, values[picked])
+            shapes = [tuple(part.shape) for part in result]
+        except Exception as error:  # a plug-in's bug, whatever it is, named with the estimator
+            return f"{what} raised {type(error).__name__} on the turn-{value} rows: {error}"
+        if len(shapes) != 2 or any(shape != tuple(part_mask.shape) for shape in shapes):
+            return (
+                f"{what} returned shapes {shapes} for the {len(picked)} turn-{value} rows; an estimator returns "
+                f"(advantages, returns), each (rows, tokens) = {tuple(part_mask.shape)}"
+            )
+        if not all(bool(torch.isfinite(part[part_mask.bool()]).all()) for part in result):
+            return f"{what} returned a non-finite advantage or return on a turn-{value} response token"
+    return None
