@@ -5,6 +5,10 @@ point 11)."""
 
 from __future__ import annotations
 
+import re
+import textwrap
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -92,3 +96,11 @@ def test_the_synthetic_batch_has_the_runs_nested_groups():
     turn1, turn3 = seen["index"]  # once per turn
     assert len(turn1) == 4 and len(set(turn1)) == 2 and len(turn3) == 12 and len(set(turn3)) == 2
     assert np.all([key.endswith("/t1") for key in turn1])
+
+
+def test_the_minimal_estimator_of_extending_md_keeps_the_contract():
+    text = (Path(__file__).resolve().parents[3] / "docs" / "EXTENDING.md").read_text()
+    (example,) = [block for block in re.findall(r"```python\n(.*?)```", text, re.S) if "group_mean" in block]
+    exec(textwrap.dedent(example), {})
+    assert adv.estimator_contract_error("ll", _mlmt(ll="group_mean"), AlgoConfig()) is None
+    assert adv.estimator_contract_error("hl", _mlmt(hl="group_mean"), AlgoConfig()) is None

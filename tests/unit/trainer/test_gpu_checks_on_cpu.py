@@ -254,9 +254,8 @@ def test_an_old_driver_is_named_with_both_cuda_versions_and_the_fix():
     message = driver_message(False, SMI_535, "2.13.0+cu130", "13.0")
     assert "driver 535.104.05" in message and "CUDA 12.2" in message and "built for CUDA 13.0" in message
     assert "older than R580" in message and "Update the NVIDIA driver to R580 or newer" in message
-    assert (
-        'CUDA forward compatibility (data-center GPUs) or the CUDA 12 set (docs/GPU_RUN.md, "Drivers older' in message
-    )
+    assert "CUDA forward compatibility (data-center GPUs) or the CUDA 12 set" in message
+    assert 'docs/GPU_RUN.md, "Drivers older than R580"' in message
     current = driver_message(False, SMI_535.replace("535.104.05", "580.65.06"), "2.13.0+cu130", "13.0")
     assert "do not agree" in current and "CUDA 12 set" not in current  # a new driver: no older-driver route
     cpu_wheel = driver_message(False, SMI_535.replace("535.104.05", "580.65.06"), "2.13.0+cpu", None)
