@@ -121,12 +121,12 @@ def test_memory_bomb_fails_without_hurting_the_parent():
     assert result.error is None  # the harness survived both and reported them
 
 
-def test_cannot_delete_or_write_files_outside_the_temp_dir(tmp_path):
+def test_cannot_delete_or_write_files_outside_the_temp_dir(outside_tmp):
     if isolation_mode() != "root":
         pytest.skip("file protection relies on the per-run unprivileged uid (root mode)")
-    victim_dir = tmp_path / "project"
+    victim_dir = outside_tmp / "project"
     victim_dir.mkdir()
-    os.chmod(tmp_path, 0o755)
+    os.chmod(victim_dir, 0o755)
     victim = victim_dir / "precious.txt"
     victim.write_text("keep me")
     code = (

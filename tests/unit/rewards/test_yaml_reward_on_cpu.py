@@ -3,7 +3,6 @@ sandbox process per batch, and every way a task's function can fail scoring 0 wi
 exception named, counted by the RewardPool, never raising in the caller."""
 
 import logging
-import os
 import socket
 from pathlib import Path
 
@@ -112,11 +111,10 @@ def test_done_fn_and_definition_errors_are_named():
     assert "done_fn returned 'maybe' (str), not a bool" in grade(flag, [Request("x", "a")], ROOMY)[0].error
 
 
-def test_the_sandbox_stops_file_writes_outside_its_dir_and_network(tmp_path):
+def test_the_sandbox_stops_file_writes_outside_its_dir_and_network(outside_tmp):
     if isolation_mode() != "root":
         pytest.skip("file protection relies on the per-run unprivileged uid (root mode)")
-    os.chmod(tmp_path, 0o755)
-    victim = tmp_path / "precious.txt"
+    victim = outside_tmp / "precious.txt"
     victim.write_text("keep me")
     server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     server.bind(("127.0.0.1", 0))
