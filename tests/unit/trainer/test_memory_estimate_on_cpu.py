@@ -408,7 +408,8 @@ def test_the_logits_peak_scales_with_vocabulary_and_token_budget_as_the_formula_
 
 
 def test_without_flash_attn_the_padded_budgets_are_lowered_to_what_fits_or_refused(base, tmp_path):
-    overrides = ["mlmt.ll_gpus=1", "mlmt.hl_gpus=1", "trainer.n_gpus_per_node=2"]
+    shares = [f"{tree}.rollout.gpu_memory_utilization=0.4" for tree in ("actor_rollout_ref", "hl")]  # generation fits
+    overrides = ["mlmt.ll_gpus=1", "mlmt.hl_gpus=1", "trainer.n_gpus_per_node=2", *shares]
     packed = _config(base, tmp_path, overrides, LLAMA_3B, LLAMA_3B)
     assert attention_fallback(packed, on_gpu=True, flash_attn=True) == []  # flash-attn: packed, nothing lowered
     assert padded_budgets(_plan(packed)) == {}
@@ -444,7 +445,8 @@ def test_without_flash_attn_the_padded_budgets_are_lowered_to_what_fits_or_refus
         f"hl.actor.ppo_max_token_len_per_gpu={budget}",
     ]  # fmt: skip
     lowered = _plan(config)
-    assert all(group.fits for group in lowered.sums) and config.hl.actor.ppo_max_token_len_per_gpu == budget
+    assert all(group.fits for group in lowered.sums), "\n".join(render_memory(lowered))
+    assert config.hl.actor.ppo_max_token_len_per_gpu == budget
 
     small = _plan(config, device=60 * GIB)  # the longest row's padded logits do not fit beside the state
     # the log-prob passes can be lowered, the updates cannot (they would need less than the longest row)
