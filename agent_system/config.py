@@ -238,13 +238,11 @@ def apply_hardware_overlay(config: DictConfig, user_overrides: list[str]) -> Dic
     """On the CPU backend, merge ``overlays/cpu.yaml`` into ``config`` (in place, and returned) under the user's
     command-line overrides (which still win); not when ``mlmt.plan_device`` plans a GPU run here (the GPU settings).
 
-    Raises:
-        ConfigError: ``mlmt.plan_device`` unknown or without ``mlmt.plan_only`` (``devices.planned_device``).
+    The entry point checks ``mlmt.plan_device`` before (``launcher.devices.planned_device``).
     """
     from agent_system import verl_plugin
-    from agent_system.launcher.devices import planned_device
 
-    if planned_device(config) is not None or not verl_plugin.CPU_BACKEND_ACTIVE:  # checks mlmt.plan_device anywhere
+    if config.mlmt.get("plan_device") is not None or not verl_plugin.CPU_BACKEND_ACTIVE:
         return config
     from hydra.core.override_parser.overrides_parser import OverridesParser
 

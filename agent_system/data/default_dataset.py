@@ -190,48 +190,6 @@ def ensure_default_dataset(
     return train_path, val_path
 
 
-TEST_MODEL_PARAMETERS = 50_000_000  # below this a model is a test model (agent_system.models.tiny: under 1M)
-
-
-def is_test_model(path: str, key: str) -> bool:
-    """Whether a configured model path is one the embedded task is for: the embedded ``smollm2`` (the quick start) or
-    a local folder whose config.json gives fewer than :data:`TEST_MODEL_PARAMETERS` parameters (the tests' tiny
-    models). A hub name or a larger model is a real one."""
-    from agent_system.launcher.memory_estimate import MemoryUnavailable, read_shape
-    from agent_system.models.resolve import EMBEDDED
-
-    if path == EMBEDDED:
-        return True
-    try:
-        return read_shape(path, key).parameters < TEST_MODEL_PARAMETERS
-    except (MemoryUnavailable, OSError, ValueError):  # not a local model folder (a hub name), or of unknown shape
-        return False
-
-
-def refuse_embedded_task_for_real_models(models: dict[str, str]) -> None:
-    """A run without ``data.train_files`` trains on the embedded arithmetic task: refused when it names a real model.
-
-    Args:
-        models: ``{config key: configured model path}`` of each model the run loads (before the paths are resolved,
-            so a hub name is refused before it is downloaded).
-
-    Raises:
-        ConfigError: Naming the real models and the two ways on: make the data and name it, or name the embedded
-            task's files on purpose.
-    """
-    from agent_system.config import ConfigError
-
-    real = [f"{key}={path}" for key, path in models.items() if not is_test_model(path, key)]
-    if real:
-        raise ConfigError(
-            f"data.train_files is not set, so {', '.join(real)} would train on the embedded arithmetic task: make "
-            "the data (python -m agent_system.data.prepare --from-hub --out data) and set data.train_files and "
-            "data.val_files (e.g. data/math/train.parquet and data/math/val.parquet), or, to train on the embedded "
-            "task on purpose, write it (python -m agent_system.data.default_dataset --out-dir data/arith) and name "
-            "its files there"
-        )
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out-dir", required=True, help="folder for the train/val parquet files")

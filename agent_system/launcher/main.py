@@ -61,8 +61,8 @@ def prepare_config(config: DictConfig, user_overrides: list[str]) -> DictConfig:
     """CPU overlay, model paths resolved to local folders, the default dataset, then validation."""
     from agent_system import verl_plugin
     from agent_system.config import ConfigError, apply_hardware_overlay, reject_unknown_keys
-    from agent_system.data.default_dataset import ensure_default_dataset, refuse_embedded_task_for_real_models
-    from agent_system.launcher.devices import plans_a_gpu
+    from agent_system.data.default_dataset import ensure_default_dataset
+    from agent_system.launcher.devices import planned_device, plans_a_gpu
 
     if not verl_plugin.LOADED:
         raise RuntimeError("the MLMT-RL verl plugin did not load; reinstall with `bash scripts/install.sh`")
@@ -73,6 +73,7 @@ def prepare_config(config: DictConfig, user_overrides: list[str]) -> DictConfig:
             "on this machine: mlmt.plan_only=true mlmt.plan_device=<name>, docs/RUN_PLAN.md)"
         )
     reject_unknown_keys(user_overrides)
+    planned_device(config)  # mlmt.plan_device: a known name, with plan_only (the overlay is skipped for it)
     config = apply_hardware_overlay(config, user_overrides)
     with open_dict(config):
         if not config.data.train_files and not config.mlmt.plan_only:  # a plan trains nothing: it may go without data
@@ -100,6 +101,48 @@ def prepare_config(config: DictConfig, user_overrides: list[str]) -> DictConfig:
     if plans_a_gpu(config):  # CPU ranks are Ray's CPU slots, counted by check_pools_fit once Ray runs
         check_pools_fit_nodes(config, visible_gpus())  # the pools against the job's nodes, before Ray
     return config
+
+
+TEST_MODEL_PARAMETERS = 50_000_000  # below this a model is a test model (agent_system.models.tiny: under 1M)
+
+
+def is_test_model(path: str, key: str) -> bool:
+    """Whether a configured model path is one the embedded task is for: the embedded ``smollm2`` (the quick start) or
+    a local folder whose config.json gives fewer than :data:`TEST_MODEL_PARAMETERS` parameters (the tests' tiny
+    models). A hub name or a larger model is a real one."""
+    from agent_system.launcher.memory_estimate import MemoryUnavailable, read_shape
+    from agent_system.models.resolve import EMBEDDED
+
+    if path == EMBEDDED:
+        return True
+    try:
+        return read_shape(path, key).parameters < TEST_MODEL_PARAMETERS
+    except (MemoryUnavailable, OSError, ValueError):  # not a local model folder (a hub name), or of unknown shape
+        return False
+
+
+def refuse_embedded_task_for_real_models(models: dict[str, str]) -> None:
+    """A run without ``data.train_files`` trains on the embedded arithmetic task: refused when it names a real model.
+
+    Args:
+        models: ``{config key: configured model path}`` of each model the run loads (before the paths are resolved,
+            so a hub name is refused before it is downloaded).
+
+    Raises:
+        ConfigError: Naming the real models and the two ways on: make the data and name it, or name the embedded
+            task's files on purpose.
+    """
+    from agent_system.config import ConfigError
+
+    real = [f"{key}={path}" for key, path in models.items() if not is_test_model(path, key)]
+    if real:
+        raise ConfigError(
+            f"data.train_files is not set, so {', '.join(real)} would train on the embedded arithmetic task: make "
+            "the data (python -m agent_system.data.prepare --from-hub --out data) and set data.train_files and "
+            "data.val_files (e.g. data/math/train.parquet and data/math/val.parquet), or, to train on the embedded "
+            "task on purpose, write it (python -m agent_system.data.default_dataset --out-dir data/arith) and name "
+            "its files there"
+        )
 
 
 CPU_MODEL_LIMIT = 1_000_000_000  # parameters: a model this large is a GPU run's, never a CPU fallback's

@@ -12,8 +12,7 @@ import json
 import pytest
 
 from agent_system.config import ConfigError, compose_config
-from agent_system.data.default_dataset import refuse_embedded_task_for_real_models
-from agent_system.launcher.main import prepare_config
+from agent_system.launcher.main import prepare_config, refuse_embedded_task_for_real_models
 from agent_system.models.resolve import ModelPathError
 
 LLAMA_1B = {"model_type": "llama", "hidden_size": 2048, "num_hidden_layers": 16, "intermediate_size": 8192,

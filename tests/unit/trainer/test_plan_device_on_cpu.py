@@ -86,8 +86,10 @@ def test_the_memory_follows_the_named_device(tmp_path):
     ],
 )  # fmt: skip
 def test_plan_device_is_refused_by_name_in_a_run_or_unknown(argv, message):
-    with pytest.raises(ConfigError, match=message):
-        compose_config(argv)
+    from agent_system.launcher.main import prepare_config
+
+    with pytest.raises(ConfigError, match=message):  # the entry point's checks, before the overlay
+        prepare_config(compose_config(argv), argv)
 
 
 def test_every_device_has_the_memory_torch_reports_below_its_marketed_size():
