@@ -218,14 +218,18 @@ def write_dataset(folder, tasks, repeats: int = 4) -> tuple[str, str]:
 
 def relay_run(out, models: dict[str, str], seed: int, steps: int, extra: list[str], label: str):
     """Train on the relay task (``extra``: more overrides, replacing those of :func:`run_overrides` with the same key);
-    returns ({step: metrics}, [per-step figures]): the :func:`step_figures` of the step's trajectories and its R3
-    (``train/acc@t3``), printed with ``label`` and written with it and ``extra`` to ``relay_figures.json`` beside
-    ``out`` (the study's figures are read back from there: a pytest-xdist worker's prints do not reach the console)."""
+    returns ({step: metrics}, [per-step figures]): the :func:`step_figures` of the step's trajectories, its R1 and R3
+    (``train/acc@t1``, ``train/acc@t3``), printed with ``label`` and written with it and ``extra`` to
+    ``relay_figures.json`` beside ``out`` (the study's figures are read back from there: a pytest-xdist worker's
+    prints do not reach the console)."""
     replaced = {override.split("=")[0] for override in extra}
     base = [override for override in run_overrides(models, steps, seed) if override.split("=")[0] not in replaced]
     metrics = run_main(out, [*base, *extra])
-    figures = [{**step_figures(trajectories(out, s)), "R3": metrics[s]["train/acc@t3"]} for s in range(1, steps + 1)]
-    for name in ("useful", "R3", "copy", "right_unhelped"):
+    figures = [
+        {**step_figures(trajectories(out, s)), "R1": metrics[s]["train/acc@t1"], "R3": metrics[s]["train/acc@t3"]}
+        for s in range(1, steps + 1)
+    ]
+    for name in ("useful", "R1", "R3", "copy", "right_unhelped"):
         print(f"{label} {name}:", " ".join(f"{f[name]:.2f}" for f in figures))
     record = {"label": label, "seed": seed, "overrides": extra, "figures": figures}
     (Path(out).parent / "relay_figures.json").write_text(json.dumps(record, indent=1))
