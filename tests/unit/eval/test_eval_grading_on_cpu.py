@@ -131,7 +131,7 @@ def test_records_keep_whether_each_feedback_states_the_answer(pool, lenient):
         [_turn("\\boxed{13}"), _turn("Recheck: the answer is 12."), _turn("\\boxed{12}")]
         + [_turn("The answer is not 13."), _turn("\\boxed{12}")],
         [_turn("\\boxed{2}"), _turn("Halve it: 1 / 2 = 0.5"), _turn("\\boxed{0.5}")]
-        + [_turn("You wrote 2 first; is 1/2 right?"), _turn("\\boxed{0.5}")],
+        + [_turn("You wrote 2 first; check the halving step."), _turn("\\boxed{0.5}")],
     ]
     args = argparse.Namespace(mode="feedback", samples=1, judge_config=None)
     records = grade(pool, lenient, rows, [0, 1], turns, args)

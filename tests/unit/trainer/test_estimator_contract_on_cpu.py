@@ -27,24 +27,46 @@ def _mlmt(ll="grpo", hl="grpo", n=3, m=2, group_by="problem"):
     )
 
 
-@adv.register_estimator("test_rows_only")
 def _rows_only(token_level_rewards, response_mask, index, config=None, **kwargs):
     scores = token_level_rewards.sum(-1)
     return scores, scores  # (rows,) where (rows, tokens) is expected
 
 
-@adv.register_estimator("test_groups_of_four")
 def _groups_of_four(token_level_rewards, response_mask, index, config=None, **kwargs):
     scores = token_level_rewards.sum(-1).view(-1, 4)  # assumes groups of four rows, as a plug-in tried on one shape
     advantages = (scores - scores.mean(-1, keepdim=True)).view(-1, 1) * response_mask
     return advantages, advantages
 
 
-@adv.register_estimator("test_divides_by_spread")
 def _divides_by_spread(token_level_rewards, response_mask, index, config=None, **kwargs):
     scores = token_level_rewards.sum(-1, keepdim=True)
     advantages = (scores - scores.mean()) / (scores.std() * 0) * response_mask  # no epsilon
     return advantages, advantages
+
+
+@pytest.fixture
+def register():
+    """``register(name, fn)``: ``fn`` registered as a critic-free estimator for this test only (an estimator left in
+    the registry is one every other test that walks the accepted names would call)."""
+    names = []
+
+    def add(name, fn):
+        adv.register_estimator(name)(fn)
+        names.append(name)
+
+    yield add
+    for name in names:
+        adv.CRITIC_FREE.remove(name)
+
+
+@pytest.fixture
+def broken(register):
+    for name, fn in (
+        ("test_rows_only", _rows_only),
+        ("test_groups_of_four", _groups_of_four),
+        ("test_divides_by_spread", _divides_by_spread),
+    ):
+        register(name, fn)
 
 
 def test_the_built_in_and_method_estimators_keep_the_contract():
@@ -65,7 +87,7 @@ def test_the_built_in_and_method_estimators_keep_the_contract():
         ("test_divides_by_spread", "returned a non-finite advantage or return on a turn-1 response token"),
     ],
 )
-def test_a_broken_estimator_is_named_with_what_it_did(name, expected):
+def test_a_broken_estimator_is_named_with_what_it_did(broken, name, expected):
     error = adv.estimator_contract_error("ll", _mlmt(ll=name), AlgoConfig())
     assert error.startswith(f"mlmt.ll.adv_estimator={name} on a synthetic batch of 18 rows"), error
     assert expected in error, error
@@ -73,21 +95,26 @@ def test_a_broken_estimator_is_named_with_what_it_did(name, expected):
         check_estimators(OmegaConf.create({"mlmt": _mlmt(ll=name), "algorithm": {}}), ["ll"])
 
 
-def test_only_the_trained_levels_are_called():
+def test_only_the_trained_levels_are_called(broken):
     config = OmegaConf.create({"mlmt": _mlmt(hl="test_rows_only"), "algorithm": {}})
     check_estimators(config, ["ll"])  # a frozen HL's estimator never runs
     with pytest.raises(ConfigError, match="mlmt.hl.adv_estimator=test_rows_only .* turn-2 rows"):
         check_estimators(config, ["ll", "hl"])
 
 
-def test_the_synthetic_batch_has_the_runs_nested_groups():
-    seen = {}
+SEEN: dict[str, list] = {}
 
-    @adv.register_estimator("test_records_its_groups")
-    def _records(token_level_rewards, response_mask, index, config=None, **kwargs):
-        seen.setdefault("index", []).append(list(index))
-        zeros = torch.zeros_like(token_level_rewards)
-        return zeros, zeros
+
+def _records(token_level_rewards, response_mask, index, config=None, **kwargs):
+    SEEN.setdefault("index", []).append(list(index))
+    zeros = torch.zeros_like(token_level_rewards)
+    return zeros, zeros
+
+
+def test_the_synthetic_batch_has_the_runs_nested_groups(register):
+    register("test_records_its_groups", _records)
+    seen = SEEN
+    seen.clear()
 
     assert adv.estimator_contract_error("hl", _mlmt(hl="test_records_its_groups", n=2, m=3), AlgoConfig()) is None
     (hl_index,) = seen.pop("index")
@@ -101,6 +128,8 @@ def test_the_synthetic_batch_has_the_runs_nested_groups():
 def test_the_minimal_estimator_of_extending_md_keeps_the_contract():
     text = (Path(__file__).resolve().parents[3] / "docs" / "EXTENDING.md").read_text()
     (example,) = [block for block in re.findall(r"```python\n(.*?)```", text, re.S) if "group_mean" in block]
+    names = list(adv.CRITIC_FREE)
     exec(textwrap.dedent(example), {})
+    adv.CRITIC_FREE[:] = names  # registered for this test only
     assert adv.estimator_contract_error("ll", _mlmt(ll="group_mean"), AlgoConfig()) is None
     assert adv.estimator_contract_error("hl", _mlmt(hl="group_mean"), AlgoConfig()) is None
