@@ -121,6 +121,13 @@ def is_test_model(path: str, key: str) -> bool:
         return False
 
 
+def missing_folder(path: str) -> bool:
+    """A configured model path that names a local folder which does not exist."""
+    from agent_system.models.resolve import looks_local
+
+    return looks_local(path) and not Path(os.path.expanduser(path)).exists()
+
+
 def refuse_embedded_task_for_real_models(models: dict[str, str]) -> None:
     """A run without ``data.train_files`` trains on the embedded arithmetic task: refused when it names a real model.
 
@@ -134,7 +141,11 @@ def refuse_embedded_task_for_real_models(models: dict[str, str]) -> None:
     """
     from agent_system.config import ConfigError
 
-    real = [f"{key}={path}" for key, path in models.items() if not is_test_model(path, key)]
+    real = [
+        f"{key}={path}"
+        for key, path in models.items()
+        if not missing_folder(path) and not is_test_model(path, key)  # a missing folder: its resolution says so
+    ]
     if real:
         raise ConfigError(
             f"data.train_files is not set, so {', '.join(real)} would train on the embedded arithmetic task: make "

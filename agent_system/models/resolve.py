@@ -16,6 +16,11 @@ def _offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes")
 
 
+def looks_local(path: str) -> bool:
+    """A configured model path that names a folder, not a hub repository (``owner/name``)."""
+    return path.startswith(("/", ".", "~")) or path.count("/") != 1
+
+
 def resolve_model_path(path: str, key: str) -> str:
     """``smollm2`` → the converted embedded model; a local folder → itself; a hub name → its downloaded snapshot.
 
@@ -38,8 +43,7 @@ def resolve_model_path(path: str, key: str) -> str:
                 )
             raise ModelPathError(f"{key}={path}: the folder has no config.json, so it is not a Hugging Face model")
         return str(expanded)
-    looks_local = path.startswith(("/", ".", "~")) or path.count("/") != 1
-    if looks_local:
+    if looks_local(path):
         raise ModelPathError(
             f"{key}={path}: no such folder. Point it at a Hugging Face model folder, or use "
             f"{key}={EMBEDDED} for the embedded SmolLM2-135M-Instruct"

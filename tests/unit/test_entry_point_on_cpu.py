@@ -117,7 +117,7 @@ def test_help_all_and_cfg_job_print_this_machines_whole_config(tmp_path):
             id="missing-model-path",
         ),
         pytest.param(
-            ["hl.model.path=someorg/somemodel"],
+            ["hl.model.path=someorg/somemodel", "data.train_files=data/math/train.parquet"],  # without data: refused
             {"HF_HUB_OFFLINE": "1"},
             "hl.model.path=someorg/somemodel looks like a Hugging Face hub name",
             id="hub-name-offline",

@@ -31,6 +31,8 @@ def _model(folder, shape) -> str:
 def test_real_models_without_data_are_refused_naming_the_fix(tmp_path):
     big, tiny = _model(tmp_path / "big", LLAMA_1B), _model(tmp_path / "tiny", TINY)
     refuse_embedded_task_for_real_models({"actor_rollout_ref.model.path": "smollm2", "hl.model.path": tiny})
+    # a folder that does not exist is left to the model-path resolution, which names it ("no such folder")
+    refuse_embedded_task_for_real_models({"actor_rollout_ref.model.path": str(tmp_path / "missing")})
     for real in (big, QWEN):
         with pytest.raises(ConfigError) as refused:
             refuse_embedded_task_for_real_models({"actor_rollout_ref.model.path": tiny, "hl.model.path": real})
