@@ -84,21 +84,26 @@ _FOLLOWED_RE = re.compile(  # "a 2 followed by a 4", "a 2 then a 4"
 _SMALL_WORDS = ("ten", "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen")
 
 
+def _total(values: list[int], multiplies) -> str:
+    """The digits of a number said as ``values`` in order: a thousand multiplies what came before it, a value for
+    which ``multiplies(value, current)`` holds multiplies the group so far ("quatre-vingts" = 4 × 20), the rest add."""
+    total, current = 0, 0
+    for value in values:
+        if value == 1000:
+            total, current = total + max(current, 1) * 1000, 0
+        elif multiplies(value, current):
+            current = max(current, 1) * value
+        else:
+            current += value
+    return str(total + current)
+
+
 def _french(match: re.Match) -> str:
     """The digits of a French number ("quatre-vingt-dix" = 4 × 20 + 10, "deux cents" = 200)."""
     words = [w for w in re.split(r"[-\s]+", match.group().lower()) if w != "et"]
     if len(words) == 1 and words[0] in _AMBIGUOUS:
         return match.group()
-    total, current = 0, 0
-    for word in words:
-        value = _FRENCH[word]
-        if value == 1000:
-            total, current = total + max(current, 1) * 1000, 0
-        elif value == 100 or (value == 20 and current == 4):
-            current = max(current, 1) * value
-        else:
-            current += value
-    return str(total + current)
+    return _total([_FRENCH[word] for word in words], lambda value, current: value == 100 or (value, current) == (20, 4))
 
 
 def _spanish(match: re.Match) -> str:
@@ -106,14 +111,7 @@ def _spanish(match: re.Match) -> str:
     words = [w for w in match.group().lower().split() if w != "y"]
     if len(words) == 1 and words[0] in _AMBIGUOUS:
         return match.group()
-    total, current = 0, 0
-    for word in words:
-        value = _SPANISH[word]
-        if value == 1000:
-            total, current = total + max(current, 1) * 1000, 0
-        else:
-            current += value
-    return str(total + current)
+    return _total([_SPANISH[word] for word in words], lambda value, current: False)
 
 
 def _german(match: re.Match) -> str:
