@@ -537,7 +537,7 @@ def missing_data_message(data: str) -> str:
         f"  python -m agent_system.data.preprocess --dataset math500 --output {data}\n"
         "(reads HuggingFaceH4/MATH-500 from the Hugging Face hub; offline, add --input FILE, a local copy of "
         "MATH-500's test.jsonl), or give --data PATH of a parquet written by agent_system.data.preprocess "
-        "(bash examples/data_preprocess/prepare_all.sh LOCAL_DATA_DIR data writes every data file)"
+        "(python -m agent_system.data.prepare --from-hub --out data writes every data file; --from DIR offline)"
     )
 
 

@@ -316,7 +316,7 @@ def preflight(config: DictConfig):
     from agent_system.data.heldout import check_train_splits, validation_warnings
     from agent_system.launcher.devices import plans_a_gpu
     from agent_system.launcher.gpu_checks import lower_padded_budgets
-    from agent_system.launcher.memory_estimate import refuse_overcommit
+    from agent_system.launcher.memory_estimate import MARGIN, refuse_overcommit
     from agent_system.launcher.plan import build_plan, render_markdown, write_plan
 
     train_frame, val_frame = _read_frame(config.data.train_files), _read_frame(config.data.val_files)
@@ -331,8 +331,9 @@ def preflight(config: DictConfig):
     lowered = lower_padded_budgets(config, plan.memory) if plan.memory and plans_a_gpu(config) else []
     if lowered:
         logger.warning(
-            "padded sequences (no flash-attn): token budgets lowered so that each pass's logits fit the device (run "
-            "plan, GPU memory): %s",
+            "padded sequences (no flash-attn): token budgets lowered so that each pass fits the device with a %d %% "
+            "margin (run plan, GPU memory): %s",
+            round(100 * MARGIN),
             ", ".join(lowered),
         )
         plan = build_plan(config, len(train_frame), val_rows)
