@@ -3,13 +3,14 @@ each stage it declares is reached, each trained level is updated and its lr sche
 horizon = its updates), each optimizer makes the optimizer steps per update listed here, and start-up accepts it
 (issue 16, item 2 and the pre-flight plan; issue 34, defect 2).
 
-Each script runs through bash with MLMT_PYTHON set to a stub that records the argv it would give
-`python -m verl.trainer.main_mlmt`; that argv is composed in-process as the entry point does. The training-set sizes
-are those of the files `examples/data_preprocess/prepare_all.sh` writes (MATH train: 7,500 problems; MBPP train:
-374), which epochs-mode runs count their steps from. Each script's GPU run is estimated on 80 GiB devices (its models'
-config.json written here), with flash-attn (packed sequences) and without it (sdpa, padded sequences, the token
-budgets start-up lowers): none is refused at start-up; a 7B feedback writer on the default 2 + 2 split is, and a
-Qwen2.5-1.5B solver without flash-attn has its update's budget lowered to keep the 10 % margin (issue 43, point 1).
+Each script runs through bash with MLMT_PYTHON set to a stub that records the argv it would give `python -m
+verl.trainer.main_mlmt`; that argv is composed in-process as the entry point does. The training-set sizes are those of
+the files `python -m agent_system.data.prepare` writes (MATH train: 7,500 problems; MBPP train: 370, the 374 of its
+split less the four tasks a constant passes), which epochs-mode runs count their steps from. Each script's GPU run is
+estimated on 80 GiB devices (its models' config.json written here), with flash-attn (packed sequences) and without it
+(sdpa, padded sequences, the token budgets start-up lowers): none is refused at start-up; a 7B feedback writer on the
+default 2 + 2 split is, and a Qwen2.5-1.5B solver without flash-attn has its update's budget lowered to keep the 10 %
+margin (issue 43, point 1).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ SCRIPTS = sorted(
 RECIPES = sorted(
     f"../{path.relative_to(REPO)}" for path in REPO.glob("recipes/*/run_*.sh") if "learning_demo" not in path.parts
 )
-TRAIN_ROWS = {"math": 7500, "code": 374, "..": 7500}  # recipes: MATH's (they run trainer.total_training_steps)
+TRAIN_ROWS = {"math": 7500, "code": 370, "..": 7500}  # recipes: MATH's (they run trainer.total_training_steps)
 # (effective mini-batch, optimizer steps per update) of each trained level (the plan's rows over its ranks, cut to a
 # divisor of the rows): the baselines make 1-5 per update like MLMT's scripts, not ArCHer's former 43 steps of 3 rows
 OPTIMIZER_STEPS = {
