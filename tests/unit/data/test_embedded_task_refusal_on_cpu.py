@@ -7,29 +7,18 @@ tests' tiny models; a hub name is refused before it is downloaded.
 
 from __future__ import annotations
 
-import json
-
 import pytest
+from model_shapes import LLAMA_1B, TINY, model_folder
 
 from agent_system.config import ConfigError, compose_config
 from agent_system.launcher.main import prepare_config, refuse_embedded_task_for_real_models
 from agent_system.models.resolve import ModelPathError
 
-LLAMA_1B = {"model_type": "llama", "hidden_size": 2048, "num_hidden_layers": 16, "intermediate_size": 8192,
-            "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 64, "vocab_size": 128256,
-            "tie_word_embeddings": True, "attention_bias": False}  # fmt: skip
-TINY = {**LLAMA_1B, "hidden_size": 64, "num_hidden_layers": 2, "intermediate_size": 128, "vocab_size": 1000}
 QWEN = "Qwen/Qwen2.5-1.5B-Instruct"
 
 
-def _model(folder, shape) -> str:
-    folder.mkdir()
-    (folder / "config.json").write_text(json.dumps(shape))
-    return str(folder)
-
-
 def test_real_models_without_data_are_refused_naming_the_fix(tmp_path):
-    big, tiny = _model(tmp_path / "big", LLAMA_1B), _model(tmp_path / "tiny", TINY)
+    big, tiny = model_folder(tmp_path / "big", LLAMA_1B), model_folder(tmp_path / "tiny", TINY)
     refuse_embedded_task_for_real_models({"actor_rollout_ref.model.path": "smollm2", "hl.model.path": tiny})
     # a folder that does not exist is left to the model-path resolution, which names it ("no such folder")
     refuse_embedded_task_for_real_models({"actor_rollout_ref.model.path": str(tmp_path / "missing")})
