@@ -476,12 +476,11 @@ def estimator_contract_error(level: str, mlmt, algorithm) -> str | None:
     plug-in's shape bug shows in seconds instead of after the first rollouts."""
     estimator = mlmt[level].adv_estimator
     n, m = int(mlmt.n), max(int(mlmt.m), 1)
-    problem, attempt, turn = [], [], []
+    keys = []  # (problem, attempt, turn) of each row: an LL attempt and its m refinements, or an HL's m feedbacks
     for p in range(2):
         for a in range(n):
-            if level == "ll":
-                problem.append(p), attempt.append(a), turn.append(1)
-            problem.extend([p] * m), attempt.extend([a] * m), turn.extend([3 if level == "ll" else 2] * m)
+            keys += [(p, a, 1), *[(p, a, 3)] * m] if level == "ll" else [(p, a, 2)] * m
+    problem, attempt, turn = (list(column) for column in zip(*keys, strict=True))
     rows, length = len(turn), 6
     mask = torch.ones(rows, length, dtype=torch.long)
     mask[::2, length // 2 :] = 0  # rows of different lengths
