@@ -326,7 +326,8 @@ def preflight(config: DictConfig):
     set_schedule_horizon(config, len(train_frame))
     check_stages_reached(config, len(train_frame))
     val_rows = None if val_frame is None else len(val_frame)
-    plan = build_plan(config, len(train_frame), val_rows)
+    sources = list(train_frame["data_source"]) if "data_source" in train_frame else None  # the leak check's rows
+    plan = build_plan(config, len(train_frame), val_rows, sources)
     check_estimators(config, [name for name, level in plan.levels.items() if not level.frozen])
     lowered = lower_padded_budgets(config, plan.memory) if plan.memory and plans_a_gpu(config) else []
     if lowered:
@@ -336,7 +337,7 @@ def preflight(config: DictConfig):
             round(100 * MARGIN),
             ", ".join(lowered),
         )
-        plan = build_plan(config, len(train_frame), val_rows)
+        plan = build_plan(config, len(train_frame), val_rows, sources)
     json_path, _ = write_plan(plan, config.trainer.default_local_dir)
     # the full plan goes to the console only with mlmt.plan_only (or MLMT_SHOW_ALL_LOGS=1); else to logs/driver.log
     logger.info("run plan (also in %s):\n%s", json_path, render_markdown(plan), extra={"console": False})

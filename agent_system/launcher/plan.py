@@ -5,7 +5,8 @@ The plan gives, per level: the steps it is updated on and how many; its trainabl
 adapter's, counted from the model's ``config.json``); the lr verl's scheduler gives it at its first
 update, its peak and its last update; its rows, token budget, effective mini-batch size and optimizer steps per
 update; its reference model and critic, and whether it is frozen; the samples it generates per step. For the run: the
-stage periods with the β and α acting on each turn, the checkpoint and validation steps, and the GPU memory of each
+stage periods with the β and α acting on each turn, the checkpoint and validation steps, the leak checks that are on
+(:class:`LeakPlan`: which feedbacks are checked, the penalty and whether it acts), and the GPU memory of each
 device (:mod:`agent_system.launcher.memory_estimate`; a notice when a device's peak exceeds it, which start-up
 refuses). It is logged and
 written as ``run_plan.json`` and ``run_plan.md`` in ``trainer.default_local_dir``. Print it without starting anything:
@@ -21,13 +22,14 @@ from __future__ import annotations
 import json
 import logging
 import math
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
 from agent_system import methods
-from agent_system.config import CRITIC_TREES, POLICY_TREES, ConfigError, frozen_levels, level_view
+from agent_system.config import CRITIC_TREES, POLICY_TREES, ConfigError, frozen_levels, frozen_reasons, level_view
 from agent_system.launcher.devices import plan_target
 from agent_system.launcher.gpu_checks import idle_devices_notice, visible_gpus
 from agent_system.launcher.memory_estimate import (
@@ -40,6 +42,7 @@ from agent_system.launcher.memory_estimate import (
     trainable_parameters,
 )
 from agent_system.levels.policy import mini_batch_size
+from agent_system.rewards.scoring import task_kind
 from agent_system.trainer.advantages import critic_levels
 from agent_system.trainer.schedule import update_steps
 from agent_system.trainer.state import total_training_steps
@@ -115,6 +118,19 @@ class StagePlan:
 
 
 @dataclass
+class LeakPlan:
+    """The leak checks on the HL's feedbacks (docs/LEAK.md): on with an HL, on math rows only."""
+
+    feedback: str  # mlmt.feedback: only "model" has HL feedbacks to check
+    checks: list[str]  # what decides a leak; [] without a feedback turn
+    train_rows: dict[str, int] | None  # training rows per task kind (math / code / yaml / unknown); None: not given
+    penalty: float  # mlmt.reward.leak_penalty
+    penalty_acts: bool  # > 0, on a trained HL's reward, with a math training row (start-up refuses it otherwise)
+    penalty_idle: str  # why a penalty > 0 cannot act ("" when it acts or is off)
+    confidence_lambda: float  # the confidence term pays for quoting the reference, which the check does not read
+
+
+@dataclass
 class RunPlan:
     total_steps: int
     steps_from: str
@@ -130,6 +146,7 @@ class RunPlan:
     memory_unavailable: str = ""  # why there is none (a model folder without config.json)
     plugins: list[str] = field(default_factory=list)  # mlmt.plugins: modules imported for their registrations
     device: str = ""  # the device planned for, in words (devices.plan_target: mlmt.plan_device, this GPU, the CPU)
+    leak: LeakPlan | None = None  # the leak checks that are on
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -360,8 +377,88 @@ def refuse_small_mini_batches(config: DictConfig) -> None:
 
 
 # ------------------------------------------------------------------------------------------------------ the plan
-def build_plan(config: DictConfig, train_rows: int, val_rows: int | None) -> RunPlan:
-    """The plan of the run ``config`` describes, with ``train_rows`` training and ``val_rows`` validation problems.
+LEAK_CHECKS = ["the rules (leak.py, rules 1-8)", "value presence (value_presence.py)"]
+
+
+def leak_plan(config: DictConfig, train_sources: list[str] | None) -> LeakPlan:
+    """The leak checks a run has: every HL feedback of a math row is checked (code and YAML task rows: not
+    applicable), and ``mlmt.reward.leak_penalty`` acts where a trained HL has a math training row.
+
+    Args:
+        train_sources: The training rows' ``data_source`` (None: not read; the rows' kinds are then not given).
+    """
+    kinds: dict[str, int] | None = None
+    if train_sources is not None:
+        kinds = {}
+        for source, count in sorted(Counter(str(s) for s in train_sources).items()):
+            try:
+                kind = task_kind(source)
+            except ValueError:
+                kind = "unknown"
+            kinds[kind] = kinds.get(kind, 0) + count
+        kinds = dict(sorted(kinds.items()))
+    reward, hl = config.mlmt.reward, config.mlmt.feedback == "model"
+    penalty = float(reward.get("leak_penalty", 0.0) or 0.0)
+    idle = ""
+    if penalty > 0:
+        frozen = frozen_reasons(config)["hl"]
+        if not hl:
+            idle = f"no HL (mlmt.feedback={config.mlmt.feedback})"
+        elif frozen:
+            idle = f"the HL never trains ({frozen})"
+        elif reward.hl_reward == "value_shaped":
+            idle = "the HL's reward is value_shaped's (mlmt.reward.hl_reward=value_shaped)"
+        elif kinds is not None and not kinds.get("math", 0):
+            idle = "no training row is a math task (MBPP and YAML task feedbacks are not checked)"
+    return LeakPlan(
+        feedback=str(config.mlmt.feedback),
+        checks=list(LEAK_CHECKS) if hl else [],
+        train_rows=kinds,
+        penalty=penalty,
+        penalty_acts=penalty > 0 and not idle,
+        penalty_idle=idle,
+        confidence_lambda=float(reward.get("confidence_lambda", 0.0) or 0.0) if hl else 0.0,
+    )
+
+
+def render_leak(leak: LeakPlan) -> list[str]:
+    """The plan page's leak section."""
+    lines = ["## Leak check (docs/LEAK.md)"]
+    if not leak.checks:
+        return [*lines, f"- off: no HL feedback to check (mlmt.feedback={leak.feedback})"]
+    rows = leak.train_rows
+    if rows is None:
+        checked = "math rows only (the training rows' sources not read)"
+    else:
+        by_kind = ", ".join(f"{kind} {count}" for kind, count in rows.items())
+        checked = f"{rows.get('math', 0)} of {sum(rows.values())} training rows ({by_kind})"
+    lines += [
+        f"- checks: {' + '.join(leak.checks)}, on every HL feedback of a math row, each training step and validation "
+        "(train/leak_rate, val/leak_rate)",
+        f"- rows checked: {checked}; code (MBPP) and YAML task rows: not applicable, not checked",
+    ]
+    if leak.penalty <= 0:
+        lines.append("- penalty: off (mlmt.reward.leak_penalty=0): leaks are measured, not in the HL's reward")
+    elif leak.penalty_acts:
+        lines.append(
+            f"- penalty: {leak.penalty:g} off the HL reward of each leaking feedback (mlmt.reward.leak_penalty)"
+        )
+    else:
+        lines.append(f"- penalty: {leak.penalty:g} NEVER ACTS: {leak.penalty_idle}; start-up refuses it")
+    if leak.confidence_lambda > 0:
+        lines.append(
+            f"- confidence term (confidence_lambda={leak.confidence_lambda:g}): it pays for feedback that makes the "
+            "reference solution likelier; the check reads the gold's value, not quoted steps of the reference "
+            '(docs/LEAK.md, "The confidence term and quoting")'
+        )
+    return lines
+
+
+def build_plan(
+    config: DictConfig, train_rows: int, val_rows: int | None, train_sources: list[str] | None = None
+) -> RunPlan:
+    """The plan of the run ``config`` describes, with ``train_rows`` training and ``val_rows`` validation problems
+    (``train_sources``: the training rows' ``data_source``, for the leak check's rows; None: not given).
 
     Call it after ``main.set_schedule_horizon`` (the optimizers' horizons are read from ``config``).
     """
@@ -460,6 +557,9 @@ def build_plan(config: DictConfig, train_rows: int, val_rows: int | None) -> Run
         validations = [0, *validations]
     val_samples = (val_rows or 0) * (1 + (2 if mlmt.feedback == "model" else 1 if mlmt.feedback == "self" else 0))
     notices = [cut.text() for cut in mini_batch_cuts(config)]  # below half: refused unless allowed (config.py)
+    leak = leak_plan(config, train_sources)
+    if leak.penalty_idle:  # start-up refuses it once the rows are read (methods/leak_penalty); a plan only says so
+        notices.append(f"mlmt.reward.leak_penalty={leak.penalty:g} never acts: {leak.penalty_idle}")
     idle = idle_devices_notice(config, visible_gpus())
     notices += [idle] if idle else []
     device, device_source = device_memory(config)
@@ -484,6 +584,7 @@ def build_plan(config: DictConfig, train_rows: int, val_rows: int | None) -> Run
         memory_unavailable=memory_unavailable,
         plugins=methods.plugin_names(config),
         device=plan_target(config),
+        leak=leak,
     )
 
 
@@ -545,6 +646,8 @@ def render_markdown(plan: RunPlan) -> str:
             f"{stage.beta_turn1}·KL; turn 2 feedback − β "
             f"{stage.beta_turn2}·KL; turn 3 R3 + α {stage.alpha}·(R3 − R1) − β {stage.beta_turn3}·KL"
         )
+    if plan.leak is not None:
+        lines += ["", *render_leak(plan.leak)]
     lines += [
         "",
         *(

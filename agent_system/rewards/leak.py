@@ -60,6 +60,9 @@ Python before any candidate is graded.
 Code (mbpp) and YAML-defined tasks: **not applicable**. Their HL writes about an execution result, and "the
 answer" is a program that passes hidden tests; no equivalence grader exists for a program written inside prose, so
 their feedbacks are not checked and not counted (the metrics cover math rows only; ``leak_checked`` says how many).
+
+Scored on labelled feedbacks of one's own: ``python -m agent_system.rewards.leak --score FILE.jsonl``
+(:mod:`agent_system.rewards.leak_score`, docs/LEAK.md, "Auditing the check on your own feedbacks").
 """
 
 from __future__ import annotations
@@ -566,6 +569,21 @@ def check_feedbacks(pool, feedbacks: Sequence[tuple[str, dict]]) -> np.ndarray:
     return result
 
 
+def check_labelled(pool, items: Sequence[dict]) -> np.ndarray:
+    """:func:`check_feedbacks` on labelled feedbacks, each a math row: ``{"problem", "ground_truth", "feedback"}``
+    (the problem given as the dataset row gives it, ``extra_info.question``). The held-out tests and ``python -m
+    agent_system.rewards.leak --score`` (:mod:`agent_system.rewards.leak_score`) score with it."""
+    rows = [
+        {
+            "data_source": "math",
+            "reward_model": {"ground_truth": i["ground_truth"]},
+            "extra_info": {"question": i["problem"]},
+        }
+        for i in items
+    ]
+    return check_feedbacks(pool, [(i["feedback"], row) for i, row in zip(items, rows, strict=True)])
+
+
 def leak_scores(problems: Sequence[dict], episodes, pool) -> dict[str, np.ndarray]:
     """``{"leak": (B, n, m)}`` for a batch whose refinements follow HL feedbacks, else ``{}`` (no feedback turn).
 
@@ -645,3 +663,11 @@ def hl_leak_penalty(
     leak = scores["leak"][np.asarray(rows["problem"]), np.asarray(rows["attempt"]), np.asarray(rows["feedback"])]
     terms = -penalty * np.nan_to_num(leak, nan=0.0)
     return terms if hl_extra is None else hl_extra + terms
+
+
+if __name__ == "__main__":  # python -m agent_system.rewards.leak --score FILE.jsonl (docs/LEAK.md)
+    import sys
+
+    from agent_system.rewards.leak_score import main
+
+    sys.exit(main())

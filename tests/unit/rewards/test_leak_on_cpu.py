@@ -102,12 +102,8 @@ def _labelled(name):
 
 
 def _verdicts(pool, items):
-    """The detector's verdict per labelled item, with the problem as the dataset row gives it (``extra_info``)."""
-    rows = [
-        {"data_source": "math", "reward_model": {"ground_truth": i["gold"]}, "extra_info": {"question": i["problem"]}}
-        for i in items
-    ]
-    return leak.check_feedbacks(pool, [(i["feedback"], row) for i, row in zip(items, rows, strict=True)])
+    """The detector's verdict per labelled item, as ``python -m agent_system.rewards.leak --score`` gives it."""
+    return leak.check_labelled(pool, [{**i, "ground_truth": i["gold"]} for i in items])
 
 
 @pytest.mark.external

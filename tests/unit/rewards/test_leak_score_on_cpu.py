@@ -1,0 +1,189 @@
+"""``python -m agent_system.rewards.leak --score FILE.jsonl`` (agent_system/rewards/leak_score.py, docs/LEAK.md,
+"Auditing the check on your own feedbacks"): the counts, the disagreements and the last line on a small file this test
+writes; a committed held-out set scores as its own test asserts; every input it cannot read is named in one line (no
+traceback); ``--reader`` is refused by name. Reading and refusing start no process (fast tier); scoring grades with
+the RewardPool (``external``)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from agent_system.rewards import RewardPool
+from agent_system.rewards.leak_score import main, read_labelled, report, score_labelled
+
+REPO = Path(__file__).resolve().parents[3]
+LEAK_SETS = Path(__file__).parent / "leak_sets"
+TOM = "Tom buys 3 books at 8 dollars each. How much does he pay in total, in dollars?"
+# two labels the check agrees with and two it cannot agree with (a "leak" with no value in it, a stated answer
+# labelled a near miss), so the counts do not move when the rules improve
+SMALL = [
+    {"problem": TOM, "ground_truth": "24", "feedback": "The answer is 24.", "leak": True},
+    {
+        "problem": TOM,
+        "ground_truth": "24",
+        "feedback": "Re-check step 24 of your work.",
+        "leak": False,
+        "attempt": "11",
+    },
+    None,  # an empty line: skipped, the line numbers still count it
+    {"problem": "What is 2 + 2?", "ground_truth": 4, "feedback": "Count on your\nfingers again.", "leak": 1},
+    {"problem": "What is 2 + 2?", "ground_truth": "4", "feedback": "The answer is 4.", "leak": 0},
+]
+SMALL_REPORT_END = [
+    "disagreements:",
+    '  line 4: missed leak (gold 4): "Count on your\\nfingers again."',
+    '  line 5: false positive (gold 4): "The answer is 4."',
+    "recall: 1/2 leaks caught (50.0 %)",
+    "false positives: 1/2 near misses flagged (50.0 %)",
+    "leak score: 2/4 right, 1 false positives, 1 misses",
+]
+
+
+def _write(path: Path, items) -> Path:
+    path.write_text("".join(("" if i is None else json.dumps(i)) + "\n" for i in items), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def pool():
+    with RewardPool(num_workers=2, timeout_s=6.0) as reward_pool:  # generous: the machine may be busy
+        yield reward_pool
+
+
+@pytest.mark.external
+def test_counts_disagreements_and_the_last_line(pool, tmp_path, capsys):
+    path = _write(tmp_path / "small.jsonl", SMALL)
+    assert main(["--score", str(path)], pool=pool) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == f"{path}: 4 labelled feedbacks (2 leaks, 2 near misses)"
+    assert out[1:] == SMALL_REPORT_END
+
+
+@pytest.mark.external
+@pytest.mark.parametrize(
+    ("name", "least_caught", "most_flagged"),
+    [
+        ("heldout_3", 24, 0),  # test_leak_on_cpu.py's HELD_OUT["heldout_3"], summed over the kinds
+        ("heldout_4", 26, 1),  # test_leak_on_cpu.py::test_agreement_on_heldout_4
+    ],
+)
+def test_a_committed_held_out_set_scores_as_its_test_asserts(pool, tmp_path, capsys, name, least_caught, most_flagged):
+    items = json.loads((LEAK_SETS / f"{name}.json").read_text())["items"]
+    lines = [
+        {"problem": i["problem"], "ground_truth": i["gold"], "feedback": i["feedback"], "leak": i["label"]}
+        | ({"attempt": i["attempt"]} if isinstance(i.get("attempt"), str) else {})
+        for i in items
+    ]
+    assert main(["--score", str(_write(tmp_path / f"{name}.jsonl", lines))], pool=pool) == 0
+    last = capsys.readouterr().out.splitlines()[-1]
+    right, total, false_positives, misses = (int(n) for n in _numbers(last))
+    leaks = sum(i["label"] for i in items)
+    assert total == len(items) and right == total - false_positives - misses, last
+    assert leaks - misses >= least_caught and false_positives <= most_flagged, last
+
+
+def _numbers(last: str) -> list[str]:
+    import re
+
+    match = re.fullmatch(r"leak score: (\d+)/(\d+) right, (\d+) false positives, (\d+) misses", last)
+    assert match, last
+    return list(match.groups())
+
+
+@pytest.mark.external
+def test_the_module_runs_as_a_command(tmp_path):
+    """``python -m agent_system.rewards.leak``: its own pool (spawned workers), and an error as one line."""
+    path = _write(tmp_path / "small.jsonl", SMALL)
+    command = [sys.executable, "-m", "agent_system.rewards.leak", "--score"]
+    done = subprocess.run([*command, str(path), "--workers", "1"], cwd=REPO, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-len(SMALL_REPORT_END) :] == SMALL_REPORT_END
+    missing = subprocess.run([*command, str(tmp_path / "none.jsonl")], cwd=REPO, capture_output=True, text=True)
+    assert missing.returncode == 2 and not missing.stdout
+    assert missing.stderr.splitlines() == [
+        f"python -m agent_system.rewards.leak: {tmp_path / 'none.jsonl'}: no such file"
+    ]
+
+
+GOOD = {"problem": "p", "ground_truth": "1", "feedback": "f", "leak": False}
+BAD_FILES = [  # (lines written, what the one error line must say)
+    ([GOOD, {k: v for k, v in GOOD.items() if k != "feedback"}], ["line 2: missing field 'feedback'"]),
+    ([{"problem": "p"}], ["line 1: missing field 'ground_truth', 'feedback', 'leak'"]),
+    ([GOOD, None, '{"problem": "p", '], ["line 3: invalid JSON"]),
+    (["[1, 2]"], ["line 1: a line must be one JSON object", "(got a list)"]),
+    ([{**GOOD, "leak": "yes"}], ["line 1: field 'leak' must be true / false or 1 / 0", '"yes"']),
+    ([{**GOOD, "leak": 2}], ["line 1: field 'leak'"]),
+    ([{**GOOD, "ground_truth": None}], ["line 1: field 'ground_truth' must be a non-empty string or number"]),
+    ([{**GOOD, "ground_truth": True}], ["line 1: field 'ground_truth'"]),
+    ([{**GOOD, "feedback": 3}], ["line 1: field 'feedback' must be a string (got a number)"]),
+    ([{**GOOD, "attempt": ["x"]}], ["line 1: field 'attempt' must be a string (got a list)"]),
+    ([None, None], ["no labelled feedbacks (every line is empty)"]),
+]
+
+
+@pytest.mark.parametrize(("lines", "says"), BAD_FILES)
+def test_an_unreadable_file_is_named_in_one_line(tmp_path, capsys, lines, says):
+    path = tmp_path / "labels.jsonl"
+    path.write_text("".join(("" if i is None else i if isinstance(i, str) else json.dumps(i)) + "\n" for i in lines))
+    assert main(["--score", str(path)]) == 2  # refused before any pool starts (no process: the fast tier)
+    captured = capsys.readouterr()
+    assert not captured.out and len(captured.err.splitlines()) == 1, captured.err
+    assert captured.err.startswith(f"python -m agent_system.rewards.leak: {path}")
+    assert "Traceback" not in captured.err and all(part in captured.err for part in says), captured.err
+
+
+def test_a_missing_file_a_folder_and_bytes_that_are_not_text(tmp_path, capsys):
+    (tmp_path / "binary.jsonl").write_bytes(b"\xff\xfe\x00")
+    for path, says in [
+        (tmp_path / "none.jsonl", "no such file"),
+        (tmp_path, "not a file"),
+        (tmp_path / "binary.jsonl", "not UTF-8 text"),
+    ]:
+        assert main(["--score", str(path)]) == 2
+        err = capsys.readouterr().err
+        assert err == f"python -m agent_system.rewards.leak: {path}: {says}" + err[err.index(says) + len(says) :]
+        assert len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["--score", "x.jsonl", "--reader", "Qwen/Qwen2.5-1.5B"], "--reader Qwen/Qwen2.5-1.5B: the reader test"),
+        ([], "the following arguments are required: --score"),
+        (["--score", "x.jsonl", "--workers", "0"], "need at least 1 worker"),
+    ],
+)
+def test_a_refused_option_is_named_in_one_line(capsys, argv, says):
+    with pytest.raises(SystemExit) as stop:
+        main(argv)
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and len(err.splitlines()) == 1 and says in err, err
+    if "--reader" in argv:
+        assert "is not built" in err
+
+
+def test_the_report_of_verdicts(tmp_path):
+    """The counting alone: 3 leaks (one missed), 3 near misses (one flagged), and a feedback shortened to one line."""
+    long = "x" * 200
+    items = [{**GOOD, "leak": label, "feedback": text} for label, text in [(1, "a"), (1, "b"), (1, long)]]
+    items += [{**GOOD, "leak": label} for label in (0, 0, 0)]
+    path = _write(tmp_path / "six.jsonl", items)
+    lines = read_labelled(path)
+    score = score_labelled(lines, np.array([1.0, 1.0, 0.0, 0.0, 1.0, 0.0]))
+    assert (score.right, score.caught, score.misses, score.false_positives) == (4, 2, 1, 1)
+    page = report(score, path)
+    assert page[-1] == "leak score: 4/6 right, 1 false positives, 1 misses"
+    assert page[2] == f'  line 3: missed leak (gold 1): "{"x" * 160}" (+40 characters)'
+    assert page[3] == '  line 5: false positive (gold 1): "f"'
+    assert page[-3:-1] == ["recall: 2/3 leaks caught (66.7 %)", "false positives: 1/3 near misses flagged (33.3 %)"]
+    assert report(score_labelled(lines[3:], np.zeros(3)), path)[1:] == [
+        "recall: no leak is labelled",
+        "false positives: 0/3 near misses flagged (0.0 %)",
+        "leak score: 3/3 right, 0 false positives, 0 misses",
+    ]
