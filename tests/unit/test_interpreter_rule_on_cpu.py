@@ -114,23 +114,49 @@ def test_a_wrong_mlmt_python_is_one_line(tmp_path):
     assert line.startswith(f"compare.sh: MLMT_PYTHON={tmp_path / 'no-python'} is not an executable file")
 
 
-def test_the_sbatch_script_finds_the_venv_of_the_submit_directory(tmp_path):
+# each batch script, with arguments it accepts
+SBATCH = {
+    "mlmt-configs/submit_mlmt.sbatch": [],
+    "mlmt-configs/submit_eval.sbatch": ["some/ll", "--out", "eval/x"],
+    "recipes/submit_compare.sbatch": ["--out", "compare/x"],
+}
+
+
+@pytest.mark.parametrize("script", sorted(SBATCH))
+def test_the_sbatch_script_finds_the_venv_of_the_submit_directory(script, tmp_path):
     """Slurm runs a copy of the batch script (here one outside any repository): the helper and the venv are the
-    submit directory's; without a venv, one line before any Ray node starts."""
+    submit directory's; without a venv, one line before any Ray node or program starts."""
     repo = _tree(tmp_path, venv=False)
     spooled = tmp_path / "spool" / "slurm_script"
     spooled.parent.mkdir()
-    shutil.copy(REPO / "mlmt-configs" / "submit_mlmt.sbatch", spooled)
-    result = _run(spooled, [], tmp_path / "elsewhere", SLURM_SUBMIT_DIR=str(repo))
+    shutil.copy(REPO / script, spooled)
+    result = _run(spooled, SBATCH[script], tmp_path / "elsewhere", SLURM_SUBMIT_DIR=str(repo))
     assert result.returncode == 127
     (line,) = result.stderr.splitlines()
     assert line.startswith(f"slurm_script: no Python at {repo}/.venv/bin/python")
-    result = _run(spooled, [], tmp_path / "elsewhere", SLURM_SUBMIT_DIR=str(tmp_path / "elsewhere"))
+    result = _run(spooled, SBATCH[script], tmp_path / "elsewhere", SLURM_SUBMIT_DIR=str(tmp_path / "elsewhere"))
     assert result.returncode == 2
     assert result.stderr.splitlines() == [
-        f"submit_mlmt.sbatch: {tmp_path / 'elsewhere'} is not the repository (no scripts/lib/python.sh): submit "
+        f"{Path(script).name}: {tmp_path / 'elsewhere'} is not the repository (no scripts/lib/python.sh): submit "
         "from its root"
     ]
+
+
+@pytest.mark.parametrize(
+    ("script", "usage"),
+    [
+        ("mlmt-configs/submit_eval.sbatch", "sbatch mlmt-configs/submit_eval.sbatch LL [HL] --out DIR [options]"),
+        ("recipes/submit_compare.sbatch", "sbatch recipes/submit_compare.sbatch --out DIR [options]"),
+    ],
+)
+def test_an_sbatch_script_without_its_programs_arguments_is_one_line(script, usage, tmp_path):
+    """Before the interpreter and any program: the evaluation's models, compare's --out."""
+    repo = _tree(tmp_path, venv=True)
+    for args in ([], ["--steps", "2"] if "compare" in script else ["--limit", "2"]):
+        result = _run(repo / script, args, tmp_path / "elsewhere", SLURM_SUBMIT_DIR=str(repo))
+        assert result.returncode == 2
+        (line,) = result.stderr.splitlines()
+        assert line.startswith(f"{Path(script).name}: give ") and usage in line, line
 
 
 @pytest.mark.skipif(not (REPO / ".venv" / "bin" / "python").is_file(), reason="the repository's venv is not installed")
@@ -168,6 +194,7 @@ EXEMPT = {
     "scripts/gpu_check.sh": "installs the GPU build into its --venv (default .venv), then runs that venv's Python",
     "scripts/compile_gpu_constraints.sh": "runs uv, no Python",
     "scripts/local_slurm.sh": "runs no Python",
+    "scripts/lib/slurm_requeue.sh": "the batch scripts' stop and requeue part, sourced after the rule; runs no Python",
     "mlmt-configs/experiment_common.sh": "the helper's first user: sourced by the experiment scripts",
 }
 
