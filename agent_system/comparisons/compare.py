@@ -17,7 +17,13 @@ script's 8 × 64 that is hours per step for a 135M critic on 2 CPU cores; shrink
 
 Written to ``--out``: ``<baseline>/seed<S>/`` (the run, its ``command.txt``, its export and ``eval/``),
 ``budget.md`` / ``.json``, ``comparison.md`` / ``.json`` and ``comparison.png``. A rerun continues: a finished training
-run is not retrained, a finished evaluation is read back from its records.
+run is not retrained, a partly trained one resumes from its checkpoint, an evaluation skips the problems it has done.
+
+Stop on request (:class:`StopForwarder`): SIGUSR1 or SIGTERM (Slurm's time-limit warning and preemption,
+``recipes/submit_compare.sbatch``) goes on to the running training (SIGUSR1: it finishes its step, writes a checkpoint
+and exits 75) or evaluation (SIGTERM: it ends, its finished problems kept); no further run starts and the comparison
+exits with 75 (``EX_TEMPFAIL``) and one line; the same command continues it. A training that exits 75 on its own (a
+signal sent to it directly) stops the comparison the same way.
 
 Statistics (``comparison.md``): final accuracy is the primary column, as the mean over seeds with its spread (sd,
 min–max) and a 95 % interval over problems (of each problem's mean over seeds:
@@ -34,9 +40,11 @@ import json
 import logging
 import os
 import shlex
+import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -52,6 +60,7 @@ from agent_system.comparisons.budget import (
     quiet_logs,
     write_budget,
 )
+from agent_system.trainer.stop_request import EXIT_STOPPED, STOP_SIGNALS
 
 logger = logging.getLogger(__name__)
 
@@ -103,6 +112,105 @@ def training_overlap(args: argparse.Namespace) -> str | None:
     )
 
 
+class Stopped(Exception):
+    """The comparison stops on request; the message says where. The same command continues it."""
+
+
+class RunFailed(RuntimeError):
+    """A training or an evaluation failed; the message names its log."""
+
+
+def stopped_on_request(returncode: int, requested: bool) -> bool:
+    """Whether a run's exit status means it stopped on a stop request, and that running it again continues it: 75
+    (the trainer's :data:`~agent_system.trainer.stop_request.EXIT_STOPPED`, stopped with a checkpoint, whoever asked:
+    Slurm's preemption signals every process of the job), or, after a request of the comparison, the end that the
+    passed-on signal gives a process without a handler for it (an evaluation, a training still importing): killed by
+    SIGUSR1 or SIGTERM, as ``subprocess`` (negative) or a shell (128 + N) reports it."""
+    if returncode == EXIT_STOPPED:
+        return True
+    ended = {-number for number in STOP_SIGNALS} | {128 + number for number in STOP_SIGNALS}
+    return requested and returncode in ended
+
+
+class StopForwarder:
+    """SIGUSR1 / SIGTERM stop the comparison: :meth:`run` passes the request on to the run it waits for (the
+    signal :meth:`run` was given for it) and starts no run after one came. A second SIGUSR1 is ignored (a warning can
+    come twice: Slurm's after a manual ``scancel --signal=USR1``); a second SIGTERM ends the comparison at once, as it
+    does the trainer."""
+
+    def __init__(self) -> None:
+        self.signal_name: str | None = None
+        self._previous: dict[int, object] = {}
+        self._child: subprocess.Popen | None = None
+        self._child_signal = signal.SIGUSR1
+        self._forwarded = False
+
+    @property
+    def requested(self) -> bool:
+        return self.signal_name is not None
+
+    def install(self) -> None:
+        """Handle the stop signals (main thread only: elsewhere Python cannot install handlers)."""
+        if not self._previous and threading.current_thread() is threading.main_thread():
+            for number in STOP_SIGNALS:
+                self._previous[number] = signal.signal(number, self.handle)
+
+    def uninstall(self) -> None:
+        """Put back the handlers that were there before :meth:`install` and forget the request."""
+        for number, previous in self._previous.items():
+            signal.signal(number, previous)
+        self._previous.clear()
+        self.signal_name = None
+
+    def handle(self, number: int, frame=None) -> None:
+        name = signal.Signals(number).name
+        if self.signal_name == name == "SIGTERM":  # SIGTERM twice: its default action (ends the comparison)
+            signal.signal(number, signal.SIG_DFL)
+            signal.raise_signal(number)
+            return
+        self.signal_name = self.signal_name or name
+        self._forward()
+
+    def _forward(self) -> None:
+        """Pass a request on to the running child, once."""
+        child = self._child
+        if self.requested and child is not None and not self._forwarded:
+            self._forwarded = True
+            child.send_signal(self._child_signal)  # nothing when it has already exited
+
+    def check(self, what: str) -> None:
+        """Raises:
+        Stopped: A stop was requested; ``what`` is what would start now."""
+        if self.requested:
+            raise Stopped(f"{self.signal_name} received before {what}")
+
+    def run(self, command: list[str], log_path: Path, child_signal: signal.Signals, what: str, **popen) -> int:
+        """Run ``command`` (its output appended to ``log_path``: a resumed run's log keeps the part before) and
+        return its exit status; a stop request, also one that came while it started, is passed on to it as
+        ``child_signal``.
+
+        Raises:
+            Stopped: A stop was requested before it started (:meth:`check`).
+        """
+        self.check(what)
+        with log_path.open("a") as log:
+            process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, **popen)
+            self._forwarded, self._child_signal = False, child_signal
+            self._child = process
+            try:
+                self._forward()  # a request that came while it started
+                return process.wait()
+            except BaseException:  # as subprocess.run: the child does not outlive an error here
+                process.kill()
+                process.wait()
+                raise
+            finally:
+                self._child = None
+
+
+STOPPING = StopForwarder()  # the process's one (signal handlers are per process)
+
+
 def train(argv: list[str], name: str, run_dir: Path, steps: int) -> float | None:
     """Train baseline ``name`` with ``argv`` (``python -m verl.trainer.main_mlmt``, written to ``command.txt``);
     returns the training's wall-clock minutes.
@@ -111,7 +219,9 @@ def train(argv: list[str], name: str, run_dir: Path, steps: int) -> float | None
     that run was not timed by this script).
 
     Raises:
-        RuntimeError: The training failed; the message names its log.
+        Stopped: It stopped on request (:func:`stopped_on_request`) with a checkpoint it resumes from, or a request
+            came before it started.
+        RunFailed: The training failed; the message names its log.
     """
     latest = run_dir / "checkpoints" / "latest_checkpointed_iteration.txt"
     timing = run_dir / "train_minutes.txt"
@@ -124,19 +234,28 @@ def train(argv: list[str], name: str, run_dir: Path, steps: int) -> float | None
     timing.unlink(missing_ok=True)  # a partly trained run that resumes is timed from here on
     started = time.perf_counter()
     log_path = run_dir / "train.log"
-    with log_path.open("w") as log:
-        result = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
-    if result.returncode != 0:
-        raise RuntimeError(f"{name}: training failed (exit {result.returncode}); see {log_path}")
+    what = f"{name}'s training ({run_dir.name})"
+    returncode = STOPPING.run(command, log_path, signal.SIGUSR1, what, cwd=REPO)  # the trainer's stop request
+    if stopped_on_request(returncode, STOPPING.requested):
+        raise Stopped(f"{what} stopped on request (exit {returncode}), resumable from its last checkpoint")
+    if returncode != 0:
+        raise RunFailed(f"{name}: training failed (exit {returncode}); see {log_path}")
     minutes = (time.perf_counter() - started) / 60
     timing.write_text(f"{minutes:.2f}\n")
     return minutes
 
 
 def evaluate(args: argparse.Namespace, name: str, run_dir: Path) -> dict:
-    """Export the run and evaluate it in the baseline's mode; returns the evaluation's metrics."""
+    """Export the run and evaluate it in the baseline's mode; returns the evaluation's metrics.
+
+    Raises:
+        Stopped: The evaluation was ended on request (its finished problems are kept), or a request came before it.
+        RunFailed: The evaluation failed; the message names its log.
+    """
     from agent_system.launcher.export import export_checkpoint
 
+    what = f"{name}'s evaluation ({run_dir.name})"
+    STOPPING.check(what)
     mode = BASELINES[name].mode
     exported = export_checkpoint(str(run_dir), args.steps)
     models = [exported["ll"]]
@@ -150,11 +269,12 @@ def evaluate(args: argparse.Namespace, name: str, run_dir: Path) -> dict:
     command += ["--data", args.eval_data, "--limit", str(args.limit), "--max-tokens", str(args.max_tokens)]
     command += ["--feedback-tokens", str(args.feedback_tokens), "--max-prompt-tokens", str(args.max_prompt_tokens)]
     log_path = run_dir / "eval.log"
-    with log_path.open("w") as log:
-        env = {**os.environ, "MLMT_PYTHON": sys.executable}
-        result = subprocess.run(command, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
-    if result.returncode != 0:
-        raise RuntimeError(f"{name}: evaluation failed (exit {result.returncode}); see {log_path}")
+    env = {**os.environ, "MLMT_PYTHON": sys.executable}
+    returncode = STOPPING.run(command, log_path, signal.SIGTERM, what, env=env, cwd=REPO)  # ends it; it resumes
+    if stopped_on_request(returncode, STOPPING.requested):
+        raise Stopped(f"{what} stopped on request (exit {returncode}), its finished problems kept")
+    if returncode != 0:
+        raise RunFailed(f"{name}: evaluation failed (exit {returncode}); see {log_path}")
     return json.loads((out / "summary.json").read_text())["metrics"]
 
 
@@ -400,8 +520,25 @@ def plan_baselines(args: argparse.Namespace, out: Path) -> tuple[dict[str, dict[
 
 
 def main(argv: list[str] | None = None) -> None:
+    """The comparison (:func:`run_comparison`). A stop request ends it with one line and exit 75
+    (:class:`StopForwarder`); a failed run with one line naming its log and exit 1."""
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    STOPPING.install()
+    try:
+        run_comparison(args)
+    except Stopped as stopped:
+        sys.stderr.write(f"stopped: {stopped}; the same command continues the comparison (exit {EXIT_STOPPED})\n")
+        raise SystemExit(EXIT_STOPPED) from None
+    except RunFailed as failed:
+        sys.stderr.write(f"error: {failed}\n")
+        raise SystemExit(1) from None
+    finally:
+        STOPPING.uninstall()
+
+
+def run_comparison(args: argparse.Namespace) -> None:
+    """Plan, then train, export and evaluate each baseline per seed, writing the table after each baseline."""
     out = Path(args.out).resolve()
     lines, entries = plan_baselines(args, out)
     settings = {k: v for k, v in vars(args).items() if k != "per_baseline"}
