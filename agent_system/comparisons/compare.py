@@ -179,8 +179,11 @@ class StopForwarder:
             child.send_signal(self._child_signal)  # nothing when it has already exited
 
     def check(self, what: str) -> None:
-        """Raises:
-        Stopped: A stop was requested; ``what`` is what would start now."""
+        """Stop here if a stop was requested.
+
+        Raises:
+            Stopped: A stop was requested; the message names ``what``, what would start now.
+        """
         if self.requested:
             raise Stopped(f"{self.signal_name} received before {what}")
 

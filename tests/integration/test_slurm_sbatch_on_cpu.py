@@ -38,15 +38,13 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
-import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import psutil
 import pytest
+from slurm_jobs import follow, submit, warn
 
 # The first dashboard agent of each Slurm node sleeps 25 s before it starts (Ray's raylet waits 15 s for it).
 SLOW_FIRST_AGENT_PER_NODE = textwrap.dedent(
@@ -68,31 +66,6 @@ pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
 TOTAL_STEPS = 16  # the stop comes at step 2 or 3: a margin for a slow poll, ~0.5 s a step
 NODES = 2
-
-
-@pytest.fixture
-def slurm_cluster(tmp_path):
-    if not (shutil.which("sbatch") and shutil.which("slurmctld") and shutil.which("munged")):
-        if os.environ.get("CI"):
-            pytest.fail("Slurm is not installed: .ci/run installs it with `bash scripts/local_slurm.sh install`")
-        pytest.skip("Slurm is not installed (bash scripts/local_slurm.sh install)")
-    folder = tmp_path / "slurm"
-    start = subprocess.run(
-        ["bash", str(REPO / "scripts/local_slurm.sh"), "start", str(folder)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert start.returncode == 0, start.stdout + start.stderr
-    try:
-        yield {**os.environ, "SLURM_CONF": str(folder / "slurm.conf")}
-    finally:
-        subprocess.run(["bash", str(REPO / "scripts/local_slurm.sh"), "stop", str(folder)], timeout=60)
-
-
-def _job_fields(job_id: str, env: dict) -> dict[str, str]:
-    shown = subprocess.run(["scontrol", "show", "job", job_id], env=env, capture_output=True, text=True, timeout=30)
-    return dict(re.findall(r"(\w+)=(\S*)", shown.stdout))
 
 
 def _ray_daemons() -> set[int]:
@@ -179,40 +152,25 @@ def test_sbatch_two_nodes_time_limit_warning_checkpoints_requeues_and_resumes(sl
     (site / "sitecustomize.py").write_text(SLOW_FIRST_AGENT_PER_NODE)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(site), env.get("PYTHONPATH")]))
     env["SLOW_AGENT_DIR"] = str(agents)
-    submitted = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
-    assert submitted.returncode == 0, submitted.stdout + submitted.stderr
-    job_id = submitted.stdout.strip().split(";")[0]
-    started, fields, hurried, waiting_since = time.monotonic(), {}, set(), {}
+    job_id = submit(command, env)
     warned_at_start = warned_after_step = False
-    while time.monotonic() - started < 900:  # a hang guard: about 4-6 min
-        fields = _job_fields(job_id, env)
-        state, restarts = fields.get("JobState"), fields.get("Restarts", "0")
-        text = log.read_text() if log.exists() else ""
+
+    def warnings(fields: dict, text: str) -> None:
+        nonlocal warned_at_start, warned_after_step
+        restarts = fields.get("Restarts", "0")
         # the first start: the warning while its trainer imports (the script has just launched it)
         if not warned_at_start and restarts == "0" and re.search(r"^MLMT job \d+: start 1 on", text, re.M):
-            subprocess.run(["scancel", "--batch", "--signal=USR1", job_id], env=env, timeout=30)
+            warn(job_id, env)
             warned_at_start = True
         # Slurm's own warning comes 180 s into the job; a fast machine can finish before it. Send the same signal to
         # the batch script once the second start's first step is done, as Slurm does (--signal=B:USR1): the run is
         # then mid-way whatever the machine's speed. Twice: a repeated warning (on a slow machine Slurm's own comes
         # too) must not kill the trainer while it writes its checkpoint (it did: the job ended FAILED).
         if not warned_after_step and restarts == "1" and re.search(r"^step:1 - ", text, re.M):
-            for _ in range(2):
-                subprocess.run(["scancel", "--batch", "--signal=USR1", job_id], env=env, timeout=30)
+            warn(job_id, env, times=2)
             warned_after_step = True
-        waiting = state == "PENDING" and fields.get("Reason") == "BeginTime"
-        since = waiting_since.setdefault(restarts, time.monotonic()) if waiting else None
-        # only once the previous start has been torn down (sooner, Slurm kills the start: "credential revoked")
-        if waiting and restarts not in hurried and time.monotonic() - since > 15:
-            hurried.add(restarts)
-            subprocess.run(
-                ["scontrol", "update", f"jobid={job_id}", "starttime=now", "timelimit=10"], env=env, timeout=30
-            )
-        if state in ("COMPLETED", "FAILED", "TIMEOUT", "CANCELLED", "NODE_FAIL", "OUT_OF_MEMORY"):
-            break
-        time.sleep(0.5)
-    else:
-        subprocess.run(["scancel", job_id], env=env, timeout=30)
+
+    fields = follow(job_id, env, log, warnings, timeout_s=900)  # a hang guard: about 4-6 min
     text = log.read_text() if log.exists() else ""
     steps = [int(n) for n in re.findall(r"^step:(\d+) - train/", text, flags=re.MULTILINE)]
     starts = re.findall(rf"^MLMT job \d+: start (\d+) on {NODES} node\(s\)", text, flags=re.MULTILINE)
