@@ -156,5 +156,6 @@ def test_entry_points_page_lists_every_entry_point_and_launcher():
     launchers = [p.relative_to(REPO).as_posix() for p in (REPO / "scripts").glob("*.sh")]
     launchers += [p.relative_to(REPO).as_posix() for p in (REPO / "examples").rglob("*.sh")]
     launchers += ["recipes/compare.sh", "mlmt-configs/submit_mlmt.sbatch", "mlmt-configs/math/eval_math500.sh"]
+    launchers += ["mlmt-configs/submit_eval.sbatch", "recipes/submit_compare.sbatch"]
     missing = [p for p in launchers if p not in page]
     assert not missing, f"launchers missing from docs/ENTRY_POINTS.md: {missing}"
