@@ -5,7 +5,9 @@ mix of difficulty (1: one small operation, 2: larger numbers or word problems, 3
 fraction). The trainer's embedded default (``mlmt.dataset.max_difficulty=1``) keeps difficulty 1 only: measured with
 SmolLM2-135M-Instruct at temperature 1.0 and 64 tokens, 4 samples per problem, turn-1 accuracy is 0.15 with 22 of 48
 problems' groups mixed (some right, some wrong), against 0.08 and 14 of 48 on the full mix (measured on version 1 of
-the generator, before the held-out partition). Each row has a short
+the generator, before the held-out partition, with the step-by-step math prompts). Its rows are prompted with the
+answer-sized ``arith`` templates (:mod:`agent_system.prompts.templates`), which measure higher
+(``benchmarks/default_task_signal.py``, docs/MEASUREMENTS.md, "The main job"). Each row has a short
 ``reference_solution`` ending with ``\\boxed{answer}``.
 
 Usage::

@@ -1,6 +1,7 @@
 """Prompt templates of the three MLMT turns, chosen by the row's data source, with quotes shortened to fit the budget.
 
-Three families, selected by the row's ``data_source`` (:func:`agent_system.rewards.scoring.task_kind`):
+Four families, selected by the row's ``data_source`` (its kind, :func:`agent_system.rewards.scoring.task_kind`, or
+its own family, :data:`FAMILY_OF_SOURCE`):
 
 * math (``math``, ``math500``, ``gsm8k``, ``arith``): ``solve`` (turn 1: step-by-step work and a final ``\\boxed{}``),
   ``feedback`` (turn 2: a math tutor names mistakes and gives hints, does not solve), ``refine`` (turn 3: problem +
@@ -11,6 +12,12 @@ Three families, selected by the row's ``data_source`` (:func:`agent_system.rewar
   failing test or the error, from the project's sandbox, as the original did; docs/METHOD.md, "Turns and rewards"),
   ``code_refine`` and ``code_refine_no_feedback``. Which tests the solver sees is the data's choice: an MBPP row's
   problem shows its first test as an example of the function's name and signature (``agent_system.data.sources``).
+* arith (``arith``, the embedded arithmetic task): the math family in answer-sized form for one-step sums,
+  ``arith_solve`` (the number only, in ``\\boxed{}``), ``arith_feedback`` (one sentence: right or not, and a hint,
+  not the answer), ``arith_refine`` and ``arith_refine_no_feedback``. With the math family's step-by-step prompts
+  SmolLM2-135M ran past 64 tokens on 71 % of its first attempts and 70 % of its refinements, and a training step of the
+  main job had a group with mixed outcomes at the HL about half the time (docs/MEASUREMENTS.md, "The main job"). An
+  override of a math template (``solve``, ...) applies to arith rows too unless its ``arith_`` name is overridden.
 * yaml (``yaml_task``, a task defined in YAML): ``yaml_solve`` is the row's prompt itself (the task's ``main_prompt``
   and item prompt carry the instruction, as in recurve), ``yaml_feedback`` (a reviewer: what is wrong or missing, no
   answer), ``yaml_refine`` and ``yaml_refine_no_feedback`` (answer again, in the form the task asks for).
@@ -98,7 +105,23 @@ YAML_TEMPLATES = {  # tasks defined in YAML (agent_system/data/yaml_task.py): th
         "Check your response for mistakes and answer the task again, in the form the task asks for."
     ),
 }
-TEMPLATES = {**MATH_TEMPLATES, **CODE_TEMPLATES, **YAML_TEMPLATES}
+ARITH_TEMPLATES = {  # answer-sized math turns for the embedded one-step arithmetic task
+    "arith_solve": "{problem} Reply with the number only, as \\boxed{{answer}}.",
+    "arith_feedback": (
+        "A student answered this question. Say in one sentence whether the answer is right and give a hint. "
+        "Do not give the answer.\n\nQuestion: {problem}\n\nStudent's answer: {attempt}\n\nFeedback:"
+    ),
+    "arith_refine": (
+        "{problem}\n\nYour previous answer: {attempt}\n\nA tutor's feedback: {feedback}\n\n"
+        "Reply with the corrected number only, as \\boxed{{answer}}."
+    ),
+    "arith_refine_no_feedback": (
+        "{problem}\n\nYour previous answer: {attempt}\n\nCheck it and reply with the corrected number only, as "
+        "\\boxed{{answer}}."
+    ),
+}
+TEMPLATES = {**MATH_TEMPLATES, **ARITH_TEMPLATES, **CODE_TEMPLATES, **YAML_TEMPLATES}
+FAMILY_OF_SOURCE = {"arith": "arith"}  # data sources with their own family; the others use their kind's
 TURNS = ("solve", "feedback", "refine", "refine_no_feedback")
 LEVEL_OF_TURN = {"solve": "ll", "feedback": "hl", "refine": "ll", "refine_no_feedback": "ll"}  # who reads the prompt
 TURNS_OF_FEEDBACK = {  # the turns an episode renders under each ``mlmt.feedback`` mode
@@ -112,6 +135,10 @@ FIELDS = {  # the placeholders each template (and its override) may use
     "feedback": {"problem", "attempt"},
     "refine": {"problem", "attempt", "feedback"},
     "refine_no_feedback": {"problem", "attempt"},
+    "arith_solve": {"problem"},
+    "arith_feedback": {"problem", "attempt"},
+    "arith_refine": {"problem", "attempt", "feedback"},
+    "arith_refine_no_feedback": {"problem", "attempt"},
     "code_solve": {"problem"},
     "code_feedback": {"problem", "attempt", "execution"},
     "code_refine": {"problem", "attempt", "feedback"},
@@ -122,7 +149,7 @@ FIELDS = {  # the placeholders each template (and its override) may use
     "yaml_refine_no_feedback": {"problem", "attempt"},
 }
 ELISION = "\n[... {n} tokens omitted ...]\n"
-KINDS = ("math", "code", "yaml")
+FAMILIES = ("math", "arith", "code", "yaml")
 # Llama 3.x chat templates' own fallback date (used when ``strftime_now`` is unavailable): every prompt the same any day
 CHAT_TEMPLATE_DATE = "26 Jul 2024"
 DEFAULT_CHAT_TEMPLATE_KWARGS = {"date_string": CHAT_TEMPLATE_DATE}
@@ -157,13 +184,20 @@ def override_errors(overrides: dict[str, str]) -> list[str]:
 
 @dataclass(frozen=True)
 class Task:
-    """A dataset row as the episode needs it: the problem text, its kind (which selects the templates) and what
-    grades it (the code path runs the attempt against ``ground_truth``'s tests for the feedback writer)."""
+    """A dataset row as the episode needs it: the problem text, its kind, what grades it (the code path runs the
+    attempt against ``ground_truth``'s tests for the feedback writer) and its template family (``family``; empty: its
+    kind's)."""
 
     problem: str
     kind: str  # "math" | "code" | "yaml"
     ground_truth: Any = None
     extra_info: dict = field(default_factory=dict)
+    family: str = ""  # one of FAMILIES; "" = the kind's
+
+    @property
+    def templates(self) -> str:
+        """The template family its prompts come from."""
+        return self.family or self.kind
 
     @classmethod
     def from_row(cls, row: dict) -> Task:
@@ -172,18 +206,19 @@ class Task:
         Raises:
             ValueError: A missing field, or an unknown ``data_source`` (the message lists the supported ones).
         """
-        from agent_system.rewards.scoring import task_kind
+        from agent_system.rewards.scoring import canonical_data_source, task_kind
 
         try:
             problem = row["prompt"][0]["content"]
             kind = task_kind(row["data_source"])
+            family = FAMILY_OF_SOURCE.get(canonical_data_source(row["data_source"]), "")
             ground_truth = row["reward_model"]["ground_truth"]
         except (KeyError, IndexError, TypeError) as error:
             raise ValueError(
                 f"row {sorted(row) if isinstance(row, dict) else row!r}: needs data_source, prompt[0].content and "
                 f"reward_model.ground_truth (missing {error})"
             ) from None
-        return cls(problem, kind, ground_truth, dict(row.get("extra_info") or {}))
+        return cls(problem, kind, ground_truth, dict(row.get("extra_info") or {}), family)
 
 
 @dataclass(frozen=True)
@@ -280,33 +315,36 @@ class PromptBuilder:
         )
 
     def template(self, name: str) -> str:
+        """Template ``name``: its override, else (an ``arith_`` template) the math template's override, else the
+        default."""
         if name not in TEMPLATES:
             raise KeyError(f"unknown prompt template {name!r}; known: {sorted(TEMPLATES)}")
-        return self.overrides.get(name) or TEMPLATES[name]
+        math_name = name.removeprefix("arith_")
+        return self.overrides.get(name) or self.overrides.get(math_name) or TEMPLATES[name]
 
     @staticmethod
-    def name(turn: str, kind: str) -> str:
-        """The template of ``turn`` (one of :data:`TURNS`) for a task of ``kind`` (math or code)."""
-        if turn not in TURNS or kind not in KINDS:
-            raise ValueError(f"no template for turn {turn!r} of a {kind!r} task; turns {TURNS}, kinds {KINDS}")
-        return turn if kind == "math" else f"{kind}_{turn}"
+    def name(turn: str, family: str) -> str:
+        """The template of ``turn`` (one of :data:`TURNS`) for a task of template ``family`` (:data:`FAMILIES`)."""
+        if turn not in TURNS or family not in FAMILIES:
+            raise ValueError(f"no template for turn {turn!r} of a {family!r} task; turns {TURNS}, families {FAMILIES}")
+        return turn if family == "math" else f"{family}_{turn}"
 
     def solve(self, task: Task, tokenizer: Any, budget: int) -> Prompt:
         """Turn 1 (LL)."""
-        return self.build(self.name("solve", task.kind), tokenizer, budget, task.problem, {})
+        return self.build(self.name("solve", task.templates), tokenizer, budget, task.problem, {})
 
     def feedback(self, task: Task, attempt: str, execution: str, tokenizer: Any, budget: int) -> Prompt:
         """Turn 2 (HL): the problem, the attempt and, for code, its execution result."""
         quotes = {"attempt": attempt, "execution": execution}
-        return self.build(self.name("feedback", task.kind), tokenizer, budget, task.problem, quotes)
+        return self.build(self.name("feedback", task.templates), tokenizer, budget, task.problem, quotes)
 
     def refine(self, task: Task, attempt: str, feedback: str | None, tokenizer: Any, budget: int) -> Prompt:
         """Turn 3 (LL): the problem, the attempt and the feedback; ``feedback=None``: the no-feedback refinement."""
         if feedback is None:
-            name = self.name("refine_no_feedback", task.kind)
+            name = self.name("refine_no_feedback", task.templates)
             return self.build(name, tokenizer, budget, task.problem, {"attempt": attempt})
         quotes = {"attempt": attempt, "feedback": feedback}
-        return self.build(self.name("refine", task.kind), tokenizer, budget, task.problem, quotes)
+        return self.build(self.name("refine", task.templates), tokenizer, budget, task.problem, quotes)
 
     def build(self, name: str, tokenizer: Any, budget: int, problem: str, quotes: dict[str, str]) -> Prompt:
         """Template ``name`` with ``problem`` and ``quotes``, the quotes shortened by tokens until it fits ``budget``.
@@ -364,19 +402,19 @@ class PromptBuilder:
 
         ``tokenizers`` maps a level (``ll``, ``hl``) to its tokenizer; each template is measured with the tokenizer of
         the model that reads it. Only the templates of ``turns`` (the ones the run renders, :data:`TURNS_OF_FEEDBACK`)
-        are measured, and only the ``candidates`` longest problems of each kind (by their own token count): a template
+        are measured, and only the ``candidates`` longest problems of each family (by their own token count): a template
         adds the same text to every problem.
         """
         worst = (0, "", -1)
-        for kind in KINDS:
-            indices = [i for i, task in enumerate(tasks) if task.kind == kind]
+        for family in FAMILIES:
+            indices = [i for i, task in enumerate(tasks) if task.templates == family]
             if not indices:
                 continue
             for level, tokenizer in tokenizers.items():
                 lengths = tokenizer([tasks[i].problem for i in indices], add_special_tokens=False)["input_ids"]
                 longest = sorted(range(len(indices)), key=lambda j: len(lengths[j]), reverse=True)[:candidates]
                 for turn in (t for t in turns if LEVEL_OF_TURN[t] == level):
-                    name = self.name(turn, kind)
+                    name = self.name(turn, family)
                     for j in longest:
                         tokens = self.required_tokens(name, tokenizer, tasks[indices[j]].problem)
                         worst = max(worst, (tokens, name, indices[j]))

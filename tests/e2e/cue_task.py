@@ -24,6 +24,7 @@ from warm_up import fine_tune, load
 from agent_system.prompts.templates import PromptBuilder, Task
 
 PROBLEM, ANSWER = "What is one plus two?", "3"
+TASK = Task(PROBLEM, "math", ANSWER, family="arith")  # prompted as the trainer prompts the task's arith rows
 RIGHT, WRONG = "The answer is 3", "I do not know"
 
 
@@ -42,7 +43,7 @@ def _plain_and_digit_tokens(tokenizer) -> tuple[list[int], list[int]]:
 def train_cue_solver(path: str, p_right_given_cue: float, steps: int = 250, feedback_tokens: int = 4, seed: int = 0):
     """Fine-tune the tiny model at ``path`` in place into the cue-following solver; returns the final loss."""
     rng = random.Random(seed)
-    prompts, task = PromptBuilder(), Task(PROBLEM, "math", ANSWER)
+    prompts, task = PromptBuilder(), TASK
     from transformers import AutoTokenizer
 
     plain, digit = _plain_and_digit_tokens(AutoTokenizer.from_pretrained(path))
@@ -69,7 +70,7 @@ def right_given_cue_rate(path: str, feedbacks: int = 64, feedback_tokens: int = 
     feedbacks: the same model always gives the same rate, without sampling noise."""
     rng = random.Random(seed)
     tokenizer, model = load(path)
-    prompts, task = PromptBuilder(), Task(PROBLEM, "math", ANSWER)
+    prompts, task = PromptBuilder(), TASK
     plain, digit = _plain_and_digit_tokens(tokenizer)
     right = 0
     with torch.no_grad():

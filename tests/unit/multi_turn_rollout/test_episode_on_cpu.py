@@ -32,7 +32,7 @@ CODE_ROW = {
     "extra_info": {"index": 0, "entry_point": "add", "test_setup_code": ""},
 }
 MATH_ROW = {
-    "data_source": "arith",
+    "data_source": "math",
     "prompt": [{"role": "user", "content": "What is 2 + 2?"}],
     "ability": "math",
     "reward_model": {"style": "rule", "ground_truth": "4"},

@@ -121,6 +121,27 @@ def test_unknown_data_source_or_missing_field_is_an_error_naming_it():
         Task.from_row(row)
 
 
+def test_arith_rows_get_answer_sized_prompts_and_a_math_override_unless_their_own(tokenizer):
+    row = {"data_source": "arith", "prompt": [{"role": "user", "content": "What is 7 + 5?"}],
+           "reward_model": {"ground_truth": "12"}}  # fmt: skip
+    task = Task.from_row(row)
+    assert (task.kind, task.templates) == ("math", "arith")  # graded as math, prompted as the arith family
+    builder = PromptBuilder()
+    solve = builder.solve(task, tokenizer, BIG).text
+    assert solve == "What is 7 + 5? Reply with the number only, as \\boxed{answer}." and "step by step" not in solve
+    feedback = builder.feedback(task, "13", "", tokenizer, BIG).text
+    assert "one sentence" in feedback and "Do not give the answer" in feedback and "12" not in feedback
+    refine = builder.refine(task, "13", "Check the sum.", tokenizer, BIG).text
+    assert refine.endswith("Reply with the corrected number only, as \\boxed{answer}.") and "Check the sum." in refine
+    assert "step by step" in builder.solve(MATH, tokenizer, BIG).text  # a math row keeps the step-by-step family
+    # an override of the math template reaches arith rows (the relay task's short templates), unless its own is given
+    assert PromptBuilder({"solve": "S {problem}"}).solve(task, tokenizer, BIG).text == "S What is 7 + 5?"
+    both = PromptBuilder({"solve": "S {problem}", "arith_solve": "A {problem}"})
+    assert both.solve(task, tokenizer, BIG).text == "A What is 7 + 5?" and both.solve(MATH, tokenizer, BIG).text == (
+        f"S {PROBLEM}"
+    )
+
+
 def test_code_prompts(tokenizer):
     task, builder = Task.from_row(_mbpp_row()), PromptBuilder()
     solve = builder.solve(task, tokenizer, BIG).text
