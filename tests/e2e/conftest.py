@@ -1,14 +1,13 @@
 """Fixtures of the e2e learning tests: the cue task's and the relay task's models and data (cue_task.py,
-relay_task.py), built once per pytest run (shared by its xdist workers: ``built_once`` in tests/conftest.py)."""
+agent_system/demos/relay.py), built once per pytest run (shared by its xdist workers: ``built_once`` in
+tests/conftest.py)."""
 
 from __future__ import annotations
 
 import pytest
 from cue_task import train_cue_solver, write_dataset
-from relay_task import problems as relay_problems
-from relay_task import solver_rates, train_relay_solver, train_relay_writer, writer_rates
-from relay_task import write_dataset as write_relay_dataset
 
+from agent_system.demos.relay import build_task
 from agent_system.models.tiny import build_tiny_model
 
 
@@ -45,22 +44,10 @@ def cue_ll_unsure(built_once):
 
 @pytest.fixture(scope="session")
 def relay_models(built_once):
-    """``relay_models(seed)``: the relay task of ``seed`` (relay_task.py): {"ll", "hl", "train", "val"} paths; the
-    golds and both warm-ups drawn with the seed. Each warm-up is checked by what it was trained to do (its response
-    probabilities on prompts it was not trained on), not by its last batch's loss: a solver warm-up that ended under
-    the loss bound once copied the feedback's digit a quarter of the time where 0.6 was asked."""
-
-    def build(folder, seed: int) -> dict[str, str]:
-        tasks = relay_problems(32, seed)
-        ll = str(build_tiny_model(folder / "ll", seed=0))
-        train_relay_solver(ll, tasks, p_copy=0.6, seed=seed)
-        rates = solver_rates(ll, tasks)
-        assert 0.45 <= rates["copy"] <= 0.75 and rates["other"] <= 0.05, rates
-        hl = str(build_tiny_model(folder / "hl", seed=1))
-        train_relay_writer(hl, tasks, p_state=0.3, seed=seed + 1)
-        rates = writer_rates(hl, tasks)
-        assert 0.2 <= rates["gold"] <= 0.4 and rates["other"] <= 0.05, rates
-        train, val = write_relay_dataset(folder, tasks)
-        return {"ll": ll, "hl": hl, "train": train, "val": val}
-
-    return lambda seed: built_once(f"relay_{seed}", lambda folder: build(folder, seed))
+    """``relay_models(seed)``: the relay task of ``seed`` (``agent_system.demos.relay.build_task``): {"ll", "hl",
+    "train", "val"} paths; the golds and both warm-ups drawn with the seed. Each warm-up is checked by what it was
+    trained to do (its response probabilities on prompts it was not trained on: the solver copies the feedback's
+    number with probability 0.45-0.75, the writer states the gold 0.2-0.4, either answers another code at most 0.05,
+    or the build raises), not by its last batch's loss: a solver warm-up that ended under the loss bound once copied
+    the feedback's digit a quarter of the time where 0.6 was asked."""
+    return lambda seed: built_once(f"relay_{seed}", lambda folder: build_task(folder, seed))

@@ -19,8 +19,8 @@ import re
 
 import pandas as pd
 import torch
-from warm_up import fine_tune, load
 
+from agent_system.demos.warm_up import fine_tune, load
 from agent_system.prompts.templates import PromptBuilder, Task
 
 PROBLEM, ANSWER = "What is one plus two?", "3"

@@ -1,5 +1,5 @@
 """The feedback writer learns while the solver learns, over seeds, with negative controls (issue 34): the relay task
-(relay_task.py) through ``python -m verl.trainer.main_mlmt``, both levels at lr 1e-4.
+(agent_system/demos/relay.py) through ``python -m verl.trainer.main_mlmt``, both levels at lr 1e-4.
 
 Marked ``study``: the per-commit run leaves it out (tests/conftest.py); run it with
 ``MLMT_TEST_SET=study bash scripts/run_tests.sh`` (18 runs, about 25 min on an idle machine; seeds 0-2, or those of
@@ -14,9 +14,9 @@ Per seed (its own golds, warm-ups and data order):
   of three, the feedback writer on the third): the HL's useful-feedback rate (its feedback, graded as an answer, is
   right) and R3 rise by at least ``RISE`` (mean of the last three steps against the first three).
 * ``negated`` (plugin_negated_grpo.py: the HL's advantages minus GRPO's), ``no_sync`` (plugin_skip_hl_sync.py: the
-  HL's rollout server never receives its updated weights) and ``permuted`` (plugin_permuted_grpo.py, the null
-  control: GRPO on the HL's rewards shuffled within each group, as much reward as often, none of it earned by the
-  feedback): none rises so.
+  HL's rollout server never receives its updated weights) and ``permuted`` (agent_system/demos/permuted_grpo.py,
+  the null control, also the relay demo's: GRPO on the HL's rewards shuffled within each group, as much reward as
+  often, none of it earned by the feedback): none rises so.
 * Every run: the solver is right on at most 10 % of the rows whose feedback does not pass the gold on (pooled over the
   second half): its answers come through the feedback. Each run prints its turn-1 accuracy (R1) beside R3.
 * ``contrastive`` (``mlmt.reward.hl_reward=contrastive``, a lagged snapshot of the solver refining the same
@@ -32,7 +32,9 @@ import os
 
 import pytest
 from mlmt_run import trajectories
-from relay_task import relay_run, rises, step_figures, useful
+from relay_task import relay_run
+
+from agent_system.demos.relay import PERMUTED_CONTROL, rises, second_half, step_figures, useful
 
 pytestmark = [pytest.mark.e2e, pytest.mark.study]
 
@@ -49,7 +51,7 @@ CONDITIONS = {
     "schedule_1_2": ["mlmt.schedule.tH=1", "mlmt.schedule.tL=2"],
     "negated": ["mlmt.plugins=[plugin_negated_grpo]", "mlmt.hl.adv_estimator=negated_grpo"],
     "no_sync": ["mlmt.plugins=[plugin_skip_hl_sync]"],
-    "permuted": ["mlmt.plugins=[plugin_permuted_grpo]", "mlmt.hl.adv_estimator=permuted_grpo"],
+    "permuted": PERMUTED_CONTROL,
     "contrastive": ["mlmt.reward.hl_reward=contrastive", "mlmt.reward.contrastive_lambda=1.0"],
 }
 
@@ -64,7 +66,7 @@ def test_feedback_writer_learns_only_with_its_signal(seed, condition, relay_mode
     gap = "hl/rollout_actor_logprob_diff_max"  # logged on the steps that update the HL
     sync_gap = [metrics[s][gap] for s in sorted(metrics)[1:] if gap in metrics[s]]
     # every run: the solver's right answers come through the feedback (it has not learned the golds itself)
-    late = [record for s in range(steps // 2 + 1, steps + 1) for record in trajectories(tmp_path / "run", s)]
+    late = second_half(tmp_path / "run", steps)
     assert step_figures(late)["right_unhelped"] <= 0.1, step_figures(late)
     if condition in ("negated", "permuted"):
         assert not rises(helped, RISE) and not rises(r3, RISE), (helped, r3)

@@ -6,9 +6,11 @@
 * **Both levels at once, the solver learning** under the (1, 1) schedule: the solver starts right with probability
   0.65 when cued; turn-3 accuracy must rise, and that probability by at least 0.2. The feedback writer does not
   learn reliably in this run (see the test's docstring).
-* **The HL learns while the solver learns**, both at lr 1e-4 under (1, 1), on the relay task (relay_task.py: the
-  feedback writer knows the two-digit codes of 32 problems, the solver copies a number from the feedback): one seed
-  of the multi-seed study with its negative controls (test_joint_learning_study_on_cpu.py, marked ``study``).
+* **The HL learns while the solver learns**, both at lr 1e-4 under (1, 1), on the relay task
+  (agent_system/demos/relay.py: the feedback writer knows the two-digit codes of 32 problems, the solver copies a
+  number from the feedback): one seed of the multi-seed study with its negative controls
+  (test_joint_learning_study_on_cpu.py, marked ``study``); the recipe recipes/relay_demo/ runs it beside its null
+  control for a user.
 """
 
 from __future__ import annotations
@@ -17,9 +19,10 @@ import numpy as np
 import pytest
 from cue_task import has_cue, right_given_cue_rate
 from mlmt_run import HF_TOY_RUN, run_main, trajectories
-from relay_task import problems as relay_problems
-from relay_task import relay_run, rises, solver_rates, step_figures
+from relay_task import relay_run
 
+from agent_system.demos.relay import problems as relay_problems
+from agent_system.demos.relay import rises, second_half, solver_rates, step_figures
 from agent_system.launcher.export import export_checkpoint
 
 pytestmark = pytest.mark.e2e
@@ -113,7 +116,7 @@ def test_feedback_writer_learns_while_the_solver_learns(relay_models, tmp_path):
         assert metrics[s]["hl/rollout_actor_logprob_diff_max"] < 1e-3, (s, metrics[s])
     assert rises(helped) and rises(r3), (helped, r3)
     # the rows of the second half whose feedback does not pass the gold on, pooled (a step may have none)
-    late = [record for s in range(steps // 2 + 1, steps + 1) for record in trajectories(out, s)]
+    late = second_half(out, steps)
     assert step_figures(late)["right_unhelped"] <= 0.1, step_figures(late)
 
 

@@ -1,5 +1,6 @@
-"""Supervised warm-ups of the learning tests' tiny models (cue_task.py, relay_task.py): the exact turn prompts the
-trainer builds, AdamW (3e-3 unless told), batches of 32, the model saved in place."""
+"""Supervised warm-ups of the toy tasks' tiny models (the relay task, :mod:`agent_system.demos.relay`, and the
+learning tests' cue task): the exact turn prompts the trainer builds, AdamW (3e-3 unless told), batches of 32, the
+model saved in place."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
-"""A null control of the learning study (issue 41), loaded with ``mlmt.plugins=[plugin_permuted_grpo]``: registers the
-estimator ``permuted_grpo``, verl's GRPO advantages of the rewards shuffled within each group, so that a level
-selecting it (``mlmt.hl.adv_estimator=permuted_grpo``) gets as much reward, as often, as with GRPO, but none of it
-follows what the level wrote. Test-side only."""
+"""The null control of the relay demo and the learning study, loaded with
+``mlmt.plugins=[agent_system.demos.permuted_grpo]``: registers the estimator ``permuted_grpo``, verl's GRPO advantages
+of the rewards shuffled within each group, so that a level selecting it (``mlmt.hl.adv_estimator=permuted_grpo``) gets
+as much reward, as often, as with GRPO, but none of it follows what the level wrote. Not a method: a control that
+shows what a run looks like when the level's updates carry no signal."""
 
 from __future__ import annotations
 
