@@ -142,15 +142,38 @@ def markdown(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot(result: dict, path: Path, title: str) -> None:
-    """acc@t1 and final accuracy per validation step, one line per run, ±1 standard-error bars (PNG, 100 dpi)."""
+def panels(count: int, figsize: tuple[float, float]):
+    """(figure, axes): ``count`` panels side by side sharing the y axis, on matplotlib's file-only backend."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    return plt.subplots(1, count, figsize=figsize, sharey=True)
+
+
+def save_panels(fig, axes, path: Path, title: str, ylabel: str) -> None:
+    """The curves' finish: whole training steps and a grid on every panel, ``ylabel`` and the runs' legend on the
+    first, ``title`` above; saved to ``path`` (PNG, 100 dpi) and closed."""
+    import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), sharey=True)
+    for axis in axes:
+        axis.set_xlabel("training step")
+        axis.xaxis.set_major_locator(MaxNLocator(integer=True))
+        axis.grid(alpha=0.3)
+    axes[0].set_ylabel(ylabel)
+    axes[0].legend()
+    fig.suptitle(title)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def plot(result: dict, path: Path, title: str) -> None:
+    """acc@t1 and final accuracy per validation step, one line per run, ±1 standard-error bars (PNG, 100 dpi)."""
+    fig, axes = panels(2, (10, 3.8))
     for axis, key, label in zip(
         axes, ("acc@t1", "final_acc"), ("acc@t1 (attempt)", "final accuracy (turn 3)"), strict=True
     ):
@@ -158,16 +181,8 @@ def plot(result: dict, path: Path, title: str) -> None:
             steps = [p["step"] + 0.08 * offset for p in points]  # side by side, so the bars do not hide each other
             axis.errorbar(steps, [p[key] for p in points], yerr=[p[f"{key}_se"] for p in points], marker="o",
                           capsize=3, label=name)  # fmt: skip
-        axis.set(xlabel="training step", title=label)
-        axis.xaxis.set_major_locator(MaxNLocator(integer=True))
-        axis.grid(alpha=0.3)
-    axes[0].set_ylabel("validation accuracy (±1 SE)")
-    axes[0].legend()
-    fig.suptitle(title)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+        axis.set_title(label)
+    save_panels(fig, axes, path, title, "validation accuracy (±1 SE)")
 
 
 def write_outputs(runs: dict[str, Path], out: Path, title: str) -> dict:
@@ -181,7 +196,8 @@ def write_outputs(runs: dict[str, Path], out: Path, title: str) -> dict:
     return result
 
 
-def _run_arg(text: str) -> tuple[str, Path]:
+def run_arg(text: str) -> tuple[str, Path]:
+    """``--run NAME=RUN_DIR`` parsed (argparse's ``type``)."""
     name, sep, path = text.partition("=")
     if not sep or not name or not path:
         raise argparse.ArgumentTypeError(f"--run {text!r}: expected NAME=RUN_DIR")
@@ -191,7 +207,7 @@ def _run_arg(text: str) -> tuple[str, Path]:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, required=True, help="folder for learning_curve.{json,md,png}")
-    parser.add_argument("--run", type=_run_arg, action="append", required=True, help="NAME=RUN_DIR (repeatable)")
+    parser.add_argument("--run", type=run_arg, action="append", required=True, help="NAME=RUN_DIR (repeatable)")
     parser.add_argument("--title", default="validation accuracy per step", help="the plot's title")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")

@@ -35,9 +35,11 @@ SCRIPTS = sorted(
     str(path.relative_to(REPO / "mlmt-configs"))
     for path in [*(REPO / "mlmt-configs" / "math").glob("HL*.sh"), *(REPO / "mlmt-configs" / "code").glob("*.sh")]
 )
-# the baseline recipes that start the trainer (learning_demo runs a CPU demo of its own), relative to mlmt-configs/
+# the baseline recipes that start the trainer (learning_demo and relay_demo run CPU demos of their own), relative to
+# mlmt-configs/
+DEMOS = {"learning_demo", "relay_demo"}
 RECIPES = sorted(
-    f"../{path.relative_to(REPO)}" for path in REPO.glob("recipes/*/run_*.sh") if "learning_demo" not in path.parts
+    f"../{path.relative_to(REPO)}" for path in REPO.glob("recipes/*/run_*.sh") if not DEMOS & set(path.parts)
 )
 TRAIN_ROWS = {"math": 7500, "code": 370, "..": 7500}  # recipes: MATH's (they run trainer.total_training_steps)
 # (effective mini-batch, optimizer steps per update) of each trained level (the plan's rows over its ranks, cut to a

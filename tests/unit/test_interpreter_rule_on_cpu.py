@@ -32,6 +32,7 @@ LAUNCHERS = {
     "recipes/fixed_feedback/run_fixed_feedback.sh": [],
     "recipes/custom_yaml/run_custom_yaml.sh": [],
     "recipes/learning_demo/run_learning_demo.sh": ["--steps", "1"],
+    "recipes/relay_demo/run_relay_demo.sh": ["--steps", "1", "--out", "relay"],
     "examples/quickstart_math500.sh": [],
     "examples/data_preprocess/prepare_all.sh": ["in", "out"],
     "scripts/run_main.sh": [],  # with MLMT_PYTHON set it installs nothing: the rule's other half
