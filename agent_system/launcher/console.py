@@ -34,6 +34,7 @@ LOG_DIR_ENV = "MLMT_RUN_LOG_DIR"  # set in the Ray workers' environment: where r
 WORKER_HOOK = f"{__name__}.redirect_worker_output"
 LEARNING_DOC = "docs/MEASUREMENTS.md (Learning tests)"
 REAL_MODEL_DEMO = "bash recipes/learning_demo/run_learning_demo.sh"
+RELAY_DEMO = "bash recipes/relay_demo/run_relay_demo.sh"  # both levels learning on a toy task, with a null control
 GPU_DOC = "docs/GPU_RUN.md"
 NOISE_SIGMAS = 2.0  # a change within this many standard errors is reported as within noise
 
@@ -325,7 +326,8 @@ def no_signal_diagnosis(level: str, steps: list[dict]) -> str:
 def final_summary(history: list[dict], first_val: dict | None, last_val: dict | None, val_rows: int, plan) -> list[str]:
     """Per level: updates, mean |advantage|, KL from the reference, the validation accuracy before and after (the
     LL's turn-1 accuracy, the HL's turn-3 accuracy, which its feedback leads to) with the number of problems and
-    whether the change is within noise; then where to see learning and how to run on a GPU."""
+    whether the change is within noise; then where to see both levels learn in minutes (the relay demo), where
+    learning is measured, and how to run on a GPU."""
     lines = ["what the run did:"]
     accuracy_of = {"ll": "val/acc@t1", "hl": "val/acc@t3"}
     for level, level_plan in plan.levels.items():
@@ -353,6 +355,7 @@ def final_summary(history: list[dict], first_val: dict | None, last_val: dict | 
         lines.append("  " + head)
         if signal and max(signal) == 0:
             lines.append("  " + no_signal_diagnosis(level, steps))
+    lines.append(f"  to see both levels learn in a few minutes (tiny models, CPU, beside a null control): {RELAY_DEMO}")
     lines.append(f"  learning shown on tiny models (CPU): {LEARNING_DOC}; with SmolLM2: {REAL_MODEL_DEMO}")
     lines.append(f"  a GPU run: {GPU_DOC}")
     return lines

@@ -116,6 +116,22 @@ def test_final_summary_names_the_share_of_groups_with_signal_and_diagnoses_none(
     assert "larger groups (mlmt.n (attempts per problem))" in no_signal_diagnosis("ll", apart)
 
 
+def test_final_summary_points_at_the_relay_demo_whatever_the_run_showed():
+    """A run that saw no learning signal (or a change within noise) shows nothing learn: the summary names the demo in
+    which both levels learn in minutes, after any diagnosis, and the command is the recipe's script."""
+    silent = [
+        {"step": 1, "ll/updated": 1.0, "ll/advantage_abs_mean": 0.0, "ll/kl_mean": 0.0, "ll/groups_with_signal": 0.0}
+    ]
+    learning = [{**silent[0], "ll/advantage_abs_mean": 0.3, "ll/groups_with_signal": 0.5}]
+    for history, diagnosed in ((silent, True), (learning, False)):
+        lines = final_summary(history, None, None, 0, _plan("actor weights at step 0", hl_frozen=True))
+        demo = [i for i, line in enumerate(lines) if "bash recipes/relay_demo/run_relay_demo.sh" in line]
+        assert len(demo) == 1 and "both levels learn in a few minutes" in lines[demo[0]], lines
+        diagnosis = [i for i, line in enumerate(lines) if "no learning signal at the LL" in line]
+        assert len(diagnosis) == diagnosed and all(i < demo[0] for i in diagnosis), lines
+    assert (REPO / "recipes/relay_demo/run_relay_demo.sh").is_file()
+
+
 DRIVER = textwrap.dedent(
     """
     import logging, os, sys
