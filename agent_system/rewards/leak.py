@@ -666,8 +666,7 @@ def hl_leak_penalty(
 
 
 if __name__ == "__main__":  # python -m agent_system.rewards.leak --score FILE.jsonl (docs/LEAK.md)
-    import sys
+    import runpy
 
-    from agent_system.rewards.leak_score import main
-
-    sys.exit(main())
+    # the command lives in leak_score, which imports this module: run it as a script rather than import it here
+    runpy.run_module("agent_system.rewards.leak_score", run_name="__main__", alter_sys=True)

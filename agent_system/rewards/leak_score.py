@@ -201,3 +201,7 @@ def main(argv: Sequence[str] | None = None, pool=None) -> int:
         verdicts = check_labelled(pool, items)
     sys.stdout.write("\n".join(report(score_labelled(lines, verdicts), args.score)) + "\n")
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
