@@ -665,8 +665,15 @@ def hl_leak_penalty(
     return terms if hl_extra is None else hl_extra + terms
 
 
-if __name__ == "__main__":  # python -m agent_system.rewards.leak --score FILE.jsonl (docs/LEAK.md)
-    import runpy
+def main(argv: Sequence[str] | None = None, pool=None) -> int:
+    """``python -m agent_system.rewards.leak --score FILE.jsonl``: this check on labelled feedbacks
+    (:mod:`agent_system.rewards.leak_score`, docs/LEAK.md); returns the exit status."""
+    from agent_system.rewards.leak_score import main as score
 
-    # the command lives in leak_score, which imports this module: run it as a script rather than import it here
-    runpy.run_module("agent_system.rewards.leak_score", run_name="__main__", alter_sys=True)
+    return score(argv, pool, check_labelled)
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main())

@@ -173,11 +173,11 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None, pool=None) -> int:
-    """The command; returns its exit status (0, or 2 for input it refuses). ``pool``: a RewardPool to grade with
-    (tests); else one of ``--workers`` processes is started after the file is read and closed at the end."""
+def main(argv: Sequence[str] | None, pool, check_labelled) -> int:
+    """The command (run as :func:`agent_system.rewards.leak.main`, which passes its ``check_labelled``: this module
+    does not import the check); returns its exit status (0, or 2 for input it refuses). ``pool``: a RewardPool to
+    grade with (tests); None: one of ``--workers`` processes is started after the file is read and closed at the end."""
     from agent_system.rewards import RewardPool
-    from agent_system.rewards.leak import check_labelled
 
     parser = _parser()
     args = parser.parse_args(argv)
@@ -201,7 +201,3 @@ def main(argv: Sequence[str] | None = None, pool=None) -> int:
         verdicts = check_labelled(pool, items)
     sys.stdout.write("\n".join(report(score_labelled(lines, verdicts), args.score)) + "\n")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

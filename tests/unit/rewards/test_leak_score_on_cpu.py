@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 from agent_system.rewards import RewardPool
-from agent_system.rewards.leak_score import main, read_labelled, report, score_labelled
+from agent_system.rewards.leak import main
+from agent_system.rewards.leak_score import read_labelled, report, score_labelled
 
 REPO = Path(__file__).resolve().parents[3]
 LEAK_SETS = Path(__file__).parent / "leak_sets"
