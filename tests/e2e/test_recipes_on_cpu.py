@@ -134,7 +134,8 @@ def test_score_two_stages_without_a_feedback_writer(tiny_models, toy_data, tmp_p
     assert metrics[2]["ll/kl_coef_mean"] == pytest.approx(0.01)
     for record in trajectories(out, 2):
         assert record["feedback"] is None and record["refinement"] is not None
-        assert "Check your attempt" in record["prompts"]["refine"]
+        # the self-correction instruction of the task's arith rows (arith_refine_no_feedback), not a feedback
+        assert "Check it and reply with the corrected number only" in record["prompts"]["refine"]
 
 
 def test_rl_guided_score_trains_the_guidance_model(cue_ll_sure, cue_hl, cue_data, tmp_path):
