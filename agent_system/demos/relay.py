@@ -267,9 +267,14 @@ def _mean(values) -> float:
     return sum(values) / len(values) if values else float("nan")
 
 
+def rise(series: list[float]) -> float:
+    """The mean of the last three values minus the mean of the first three."""
+    return _mean(series[-3:]) - _mean(series[:3])
+
+
 def rises(series: list[float], by: float = 0.25) -> bool:
     """The mean of the last three values is at least ``by`` above the mean of the first three."""
-    return _mean(series[-3:]) >= _mean(series[:3]) + by
+    return rise(series) >= by
 
 
 # --- a seed's task in a folder, the settings of a run on it, and a finished run's figures
