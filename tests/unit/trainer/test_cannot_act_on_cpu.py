@@ -50,7 +50,7 @@ ACCEPTED = [
     ["hl.rollout.temperature=0", "mlmt.feedback=self"],  # no HL
     ["actor_rollout_ref.rollout.temperature=0", "mlmt.ll.freeze=true"],  # the LL never trains
     ["mlmt.feedback=none", "mlmt.m=1"],
-    ["mlmt.feedback=none"],  # the default m (2), left alone
+    ["mlmt.feedback=none"],  # the default m (the CPU overlay's 3), left alone
     ["mlmt.feedback=self", "mlmt.m=4"],  # four self-refinements per attempt
     ["hl.rollout.temperature=0.7", "mlmt.hl.adv_estimator=grpo", "mlmt.m=2"],
 ]

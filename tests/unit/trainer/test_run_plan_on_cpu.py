@@ -120,8 +120,8 @@ def test_mini_batch_cut_to_a_divisor_is_said_at_start_up(overrides, key, size, s
           "actor_rollout_ref.actor.ppo_mini_batch_size=16"],
          ["17 rows", "actor_rollout_ref.actor.ppo_mini_batch_size=16", "effective mini-batch is 1 rows"]),
         # the HL's 17 × 2 × 2 = 68 rows with a mini-batch of 16: 4 rows per step (17 steps); the LL's too
-        (["data.train_batch_size=17", "hl.actor.ppo_mini_batch_size=16"], ["hl.actor.ppo_mini_batch_size=16",
-                                                                           "effective mini-batch is 4 rows"]),
+        (["data.train_batch_size=17", "mlmt.m=2", "hl.actor.ppo_mini_batch_size=16"],
+         ["hl.actor.ppo_mini_batch_size=16", "effective mini-batch is 4 rows"]),
     ],
 )  # fmt: skip
 def test_mini_batch_cut_below_half_its_setting_is_refused_unless_allowed(overrides, named):
