@@ -648,6 +648,7 @@ def _check_without_hl(config: DictConfig) -> None:
     hl_knobs = {
         "mlmt.reward.hl_reward": mlmt.reward.hl_reward != "r3",
         "mlmt.reward.confidence_lambda": mlmt.reward.confidence_lambda > 0,
+        "mlmt.reward.leak_judge.model": bool(mlmt.reward.leak_judge.model),  # judges HL feedbacks
         "mlmt.stages.beta_turn2": any(b > 0 for b in stages.beta_turn2),
         "mlmt.hl.freeze": bool(mlmt.hl.freeze),
         "mlmt.hl.adv_estimator=gae": mlmt.hl.adv_estimator == "gae",

@@ -507,12 +507,18 @@ def build_trainer(config: DictConfig):
     from agent_system.prompts.templates import PromptBuilder
     from agent_system.rewards import RewardPool
     from agent_system.rewards.code_sandbox import SandboxLimits
-    from agent_system.rewards.judge import trainer_judge
+    from agent_system.rewards.judge import trainer_judge, trainer_leak_judge
     from agent_system.trainer.advantages import critic_levels
     from agent_system.trainer.mlmt_trainer import MLMTTrainer
 
     use_ref = reference_needed(config)
     judge = trainer_judge(config.mlmt.reward)  # before any worker: mlmt.reward.judge (recorded), its key from the env
+    leak_judge = trainer_leak_judge(config.mlmt.reward)  # mlmt.reward.leak_judge, the same way
+    if leak_judge is not None:
+        logger.info(
+            "leak judge: %s decides each leak verdict (the rules where it fails)",
+            leak_judge.recorded(config.mlmt.reward.leak_judge.api_key_env),
+        )
     train_frame, val_frame = _read_frame(config.data.train_files), _read_frame(config.data.val_files)
     set_schedule_horizon(config, len(train_frame))
     check_stages_reached(config, len(train_frame))
@@ -567,6 +573,7 @@ def build_trainer(config: DictConfig):
             val_frame,
             snapshot,
             extensions,
+            leak_judge,
         )
         for extension in extensions:
             extension.start(trainer)

@@ -128,6 +128,7 @@ class LeakPlan:
     penalty_acts: bool  # > 0, on a trained HL's reward, with a math training row (start-up refuses it otherwise)
     penalty_idle: str  # why a penalty > 0 cannot act ("" when it acts or is off)
     confidence_lambda: float  # the confidence term pays for quoting the reference, which the check does not read
+    judge: dict[str, str] = field(default_factory=dict)  # mlmt.reward.leak_judge's model and base_url ({}: none)
 
 
 @dataclass
@@ -378,6 +379,7 @@ def refuse_small_mini_batches(config: DictConfig) -> None:
 
 # ------------------------------------------------------------------------------------------------------ the plan
 LEAK_CHECKS = ["the rules (leak.py, rules 1-8)", "value presence (value_presence.py)"]
+LEAK_JUDGE_CHECK = "the leak judge (mlmt.reward.leak_judge; the rules where it fails)"
 
 
 def leak_plan(config: DictConfig, train_sources: list[str] | None) -> LeakPlan:
@@ -410,14 +412,18 @@ def leak_plan(config: DictConfig, train_sources: list[str] | None) -> LeakPlan:
             idle = "the HL's reward is value_shaped's (mlmt.reward.hl_reward=value_shaped)"
         elif kinds is not None and not kinds.get("math", 0):
             idle = "no training row is a math task (MBPP and YAML task feedbacks are not checked)"
+    judge = reward.leak_judge  # start-up refuses a half-set one (judge.trainer_leak_judge); never the key
+    named = {"model": str(judge.model), "base_url": str(judge.base_url)} if hl and judge.model else {}
+    checks = [*LEAK_CHECKS, *([LEAK_JUDGE_CHECK] if named else [])] if hl else []
     return LeakPlan(
         feedback=str(config.mlmt.feedback),
-        checks=list(LEAK_CHECKS) if hl else [],
+        checks=checks,
         train_rows=kinds,
         penalty=penalty,
         penalty_acts=penalty > 0 and not idle,
         penalty_idle=idle,
         confidence_lambda=float(reward.get("confidence_lambda", 0.0) or 0.0) if hl else 0.0,
+        judge=named,
     )
 
 
@@ -437,6 +443,12 @@ def render_leak(leak: LeakPlan) -> list[str]:
         "(train/leak_rate, val/leak_rate)",
         f"- rows checked: {checked}; code (MBPP) and YAML task rows: not applicable, not checked",
     ]
+    if leak.judge:
+        lines.append(
+            f"- leak judge: `{leak.judge['model']}` at {leak.judge['base_url']} (mlmt.reward.leak_judge) decides each "
+            "verdict; the rules and value presence where it errs, times out or answers neither YES nor NO "
+            "(train/leak_judge_decided, leak_judge_fallbacks, leak_rate_rules)"
+        )
     if leak.penalty <= 0:
         lines.append("- penalty: off (mlmt.reward.leak_penalty=0): leaks are measured, not in the HL's reward")
     elif leak.penalty_acts:

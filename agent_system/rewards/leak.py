@@ -61,6 +61,10 @@ Code (mbpp) and YAML-defined tasks: **not applicable**. Their HL writes about an
 answer" is a program that passes hidden tests; no equivalence grader exists for a program written inside prose, so
 their feedbacks are not checked and not counted (the metrics cover math rows only; ``leak_checked`` says how many).
 
+With a **leak judge** (``mlmt.reward.leak_judge``, :func:`agent_system.rewards.judge.judge_leak`; docs/LEAK.md, "The
+leak judge") every checked feedback's verdict is the judge's YES / NO; where it fails (error, timeout, another reply)
+the verdict above stands (:func:`judged_verdicts`).
+
 Scored on labelled feedbacks of one's own: ``python -m agent_system.rewards.leak --score FILE.jsonl``
 (:mod:`agent_system.rewards.leak_score`, docs/LEAK.md, "Auditing the check on your own feedbacks").
 """
@@ -72,9 +76,11 @@ import logging
 import re
 import unicodedata
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
+from agent_system.rewards.judge import JudgeConfig, judge_leaks
 from agent_system.rewards.number_words import spelled_out
 from agent_system.rewards.scoring import task_kind
 from agent_system.rewards.value_presence import gold_leaked
@@ -569,6 +575,61 @@ def check_feedbacks(pool, feedbacks: Sequence[tuple[str, dict]]) -> np.ndarray:
     return result
 
 
+@dataclass(frozen=True)
+class LeakVerdicts:
+    """Each feedback's leak verdict and what decided it; every array has the same shape.
+
+    Attributes:
+        leak: 1.0 leaks, 0.0 does not, NaN not applicable: the verdict the penalty and ``leak_rate`` read.
+        rules: The rules' and value presence's verdict (:func:`check_feedbacks`), what ``leak`` falls back to.
+        judged: Where the leak judge's reply decided (bool), or None without a judge.
+    """
+
+    leak: np.ndarray
+    rules: np.ndarray
+    judged: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("rules", "judged"):
+            value = getattr(self, name)
+            if value is not None and value.shape != self.leak.shape:
+                raise ValueError(f"LeakVerdicts.{name} has shape {value.shape}, not leak's {self.leak.shape}")
+
+
+def judged_verdicts(
+    feedbacks: Sequence[tuple[str, dict]], rules: np.ndarray, judge: JudgeConfig | None
+) -> LeakVerdicts:
+    """The leak judge's verdict on each checked feedback (``rules`` not NaN), the rules' where it gives none.
+
+    Args:
+        feedbacks: ``(feedback text, dataset row)`` pairs, as :func:`check_feedbacks` reads them.
+        rules: (N,) :func:`check_feedbacks`'s verdicts on them.
+        judge: The leak judge, or None (the rules' verdicts as they are).
+    """
+    if judge is None:
+        return LeakVerdicts(leak=rules, rules=rules)
+    checked = np.flatnonzero(~np.isnan(rules))
+    questions = []
+    for index in checked:
+        text, row = feedbacks[index]
+        problem = str((row.get("extra_info") or {}).get("question") or "")[-MAX_PROBLEM_CHARS:]
+        questions.append((problem, str(row["reward_model"]["ground_truth"]), scanned_text(text or "")))
+    leak, judged = rules.copy(), np.zeros(rules.shape, dtype=bool)
+    for index, verdict in zip(checked, judge_leaks(questions, judge), strict=True):
+        if verdict is not None:
+            leak[index], judged[index] = float(verdict), True
+    fallbacks = len(checked) - int(judged.sum())
+    if fallbacks:
+        logger.warning(
+            "leak judge %s at %s gave no verdict on %d of %d feedbacks: the rules' verdict stands for them",
+            judge.model,
+            judge.base_url,
+            fallbacks,
+            len(checked),
+        )
+    return LeakVerdicts(leak=leak, rules=rules, judged=judged)
+
+
 def check_labelled(pool, items: Sequence[dict]) -> np.ndarray:
     """:func:`check_feedbacks` on labelled feedbacks, each a math row: ``{"problem", "ground_truth", "feedback"}``
     (the problem given as the dataset row gives it, ``extra_info.question``). The held-out tests and ``python -m
@@ -584,13 +645,14 @@ def check_labelled(pool, items: Sequence[dict]) -> np.ndarray:
     return check_feedbacks(pool, [(i["feedback"], row) for i, row in zip(items, rows, strict=True)])
 
 
-def leak_scores(problems: Sequence[dict], episodes, pool) -> dict[str, np.ndarray]:
-    """``{"leak": (B, n, m)}`` for a batch whose refinements follow HL feedbacks, else ``{}`` (no feedback turn).
+def leak_scores(problems: Sequence[dict], episodes, pool, judge: JudgeConfig | None = None) -> LeakVerdicts | None:
+    """The (B, n, m) verdicts of a batch whose refinements follow HL feedbacks, or None (no feedback turn).
 
     Args:
         problems: The B dataset rows.
         episodes: Their :class:`agent_system.multi_turn_rollout.episode.Episode` s (n attempts, m refinements each).
         pool: The reward pool the batch is graded with.
+        judge: The leak judge (``mlmt.reward.leak_judge``), or None.
     """
     shape = (len(episodes), len(episodes[0].attempts), len(episodes[0].attempts[0].refinements))
     pairs = [
@@ -600,8 +662,13 @@ def leak_scores(problems: Sequence[dict], episodes, pool) -> dict[str, np.ndarra
         for refinement in attempt.refinements
     ]
     if not pairs or any(text is None for text, _ in pairs):
-        return {}
-    return {"leak": check_feedbacks(pool, pairs).reshape(shape)}
+        return None
+    verdicts = judged_verdicts(pairs, check_feedbacks(pool, pairs), judge)
+    return LeakVerdicts(
+        leak=verdicts.leak.reshape(shape),
+        rules=verdicts.rules.reshape(shape),
+        judged=None if verdicts.judged is None else verdicts.judged.reshape(shape),
+    )
 
 
 def transition_names(first: np.ndarray, final: np.ndarray) -> np.ndarray:
@@ -631,6 +698,26 @@ def leak_rates(leak: np.ndarray, first: np.ndarray, final: np.ndarray) -> dict[s
         if rows.any():
             metrics[f"leak_rate_{name}"] = float(leak[rows].mean())
     return metrics
+
+
+def judge_metrics(verdicts: LeakVerdicts) -> dict[str, float]:
+    """With a leak judge: ``leak_judge_decided`` (feedbacks whose verdict is the judge's), ``leak_judge_fallbacks``
+    (checked feedbacks it gave no verdict on: the rules' stands), ``leak_judge_added`` / ``leak_judge_cleared``
+    (leaks it found that the rules did not / rule leaks it cleared) and ``leak_rate_rules`` (the rules' rate on the
+    same feedbacks); {} without a judge or a checked feedback."""
+    if verdicts.judged is None:
+        return {}
+    rules, leak = np.ravel(verdicts.rules), np.ravel(verdicts.leak)
+    judged, checked = np.ravel(verdicts.judged), ~np.isnan(rules)
+    if not checked.any():
+        return {}
+    return {
+        "leak_judge_decided": float(judged.sum()),
+        "leak_judge_fallbacks": float((checked & ~judged).sum()),
+        "leak_judge_added": float((judged & (leak == 1.0) & (rules == 0.0)).sum()),
+        "leak_judge_cleared": float((judged & (leak == 0.0) & (rules == 1.0)).sum()),
+        "leak_rate_rules": float(rules[checked].mean()),
+    }
 
 
 def record_leak_metrics(records: Sequence[dict], prefix: str) -> dict[str, float]:

@@ -79,8 +79,10 @@ class MLMTTrainer:
         val_frame,
         snapshot: Any = None,
         extensions: list[Extension] = (),
+        leak_judge: Any = None,
     ) -> None:
         self.config, self.mlmt = config, config.mlmt
+        self.leak_judge = leak_judge  # JudgeConfig of mlmt.reward.leak_judge: decides each leak verdict, or None
         self.snapshot = snapshot  # LaggedSnapshot: reference solver of the contrastive HL reward, or None
         self.extensions = list(extensions)
         self.groups, self.critics, self.tokenizers = groups, critics, tokenizers
@@ -236,12 +238,13 @@ class MLMTTrainer:
                     items.append(reward_item(row, turn.text, context))
         for (grid, index), result in zip(cells, self.reward_pool.score(items), strict=True):
             grid[index] = result["score"]
-        leaks = leak.leak_scores(problems, episodes, self.reward_pool).get("leak")  # (B, n, m): feedback states y*
+        check = leak.leak_scores(problems, episodes, self.reward_pool, self.leak_judge)  # (B, n, m): feedback states y*
+        leaks = {"leak": check.leak, "leak_check": check} if check is not None else {}
         if references is not None:
-            return StepScores(r1=r1, r3=r3, r_ref_feedback=r_ref, leak=leaks)
+            return StepScores(r1=r1, r3=r3, r_ref_feedback=r_ref, **leaks)
         if no_feedback:
-            return StepScores(r1=r1, r3=r3, r_ref_attempt=r_ref[:, :, 0], leak=leaks)
-        return StepScores(r1=r1, r3=r3, leak=leaks)
+            return StepScores(r1=r1, r3=r3, r_ref_attempt=r_ref[:, :, 0], **leaks)
+        return StepScores(r1=r1, r3=r3, **leaks)
 
     def train_levels(
         self, levels: list[str], problems, episodes, scores, stage, timing: dict, concurrent: bool = True

@@ -16,6 +16,8 @@ import torch
 if TYPE_CHECKING:
     from verl import DataProto
 
+    from agent_system.rewards.leak import LeakVerdicts
+
 
 @dataclass(frozen=True)
 class StepScores:
@@ -30,6 +32,8 @@ class StepScores:
             (``contrastive_reference=lagged_snapshot``), or None.
         leak: (B, n, m) whether each feedback states the answer (1.0 / 0.0, NaN where the check does not apply;
             ``agent_system.rewards.leak``), or None without feedback turns.
+        leak_check: What decided each verdict of ``leak`` (its ``leak`` is that array; the rules' verdicts, where the
+            leak judge decided), or None.
     """
 
     r1: np.ndarray
@@ -37,6 +41,7 @@ class StepScores:
     r_ref_attempt: np.ndarray | None = None
     r_ref_feedback: np.ndarray | None = None
     leak: np.ndarray | None = None
+    leak_check: LeakVerdicts | None = None
 
     def __post_init__(self) -> None:
         b, n = self.r1.shape
@@ -48,6 +53,8 @@ class StepScores:
             raise ValueError(f"r_ref_feedback has shape {self.r_ref_feedback.shape}, not r3's {self.r3.shape}")
         if self.leak is not None and self.leak.shape != self.r3.shape:
             raise ValueError(f"leak has shape {self.leak.shape}, not r3's {self.r3.shape}")
+        if self.leak_check is not None and self.leak_check.leak is not self.leak:
+            raise ValueError("leak_check.leak must be the step's leak verdicts (StepScores.leak)")
         if self.r_ref_attempt is not None and self.r_ref_feedback is not None:
             raise ValueError("a step has one reference for R_ref: per attempt or per feedback, not both")
 

@@ -315,7 +315,7 @@ def _config(leak_penalty):
 @pytest.mark.external
 @pytest.mark.parametrize("estimator", ["grpo", "reinforce"])
 def test_leak_penalty_changes_only_the_leaking_rows_hl_reward(pool, estimator):
-    scores = {"r1": R1, "r3": R3, **leak.leak_scores(_problems(), _episodes(), pool)}
+    scores = {"r1": R1, "r3": R3, "leak": leak.leak_scores(_problems(), _episodes(), pool).leak}
     assert scores["leak"].tolist() == [[[0.0, 1.0], [0.0, 0.0]]]
     mask = torch.ones(4, 3, dtype=torch.long)
     stage = adv.Stage(stage_id=2, beta_turn1=0.0, beta_turn2=0.0, beta_turn3=0.0, alpha=0.0)
@@ -357,7 +357,7 @@ def test_leak_penalty_in_the_logged_hl_reward_and_the_leak_metrics(pool):
     for penalty in (0.0, 0.5):
         config = _config(penalty)
         trainer = object.__new__(MLMTTrainer)
-        trainer.config, trainer.mlmt, trainer.reward_pool = config, config.mlmt, pool
+        trainer.config, trainer.mlmt, trainer.reward_pool, trainer.leak_judge = config, config.mlmt, pool, None
         tokenizer = types.SimpleNamespace(pad_token_id=0, eos_token_id=0)
         trainer.tokenizers = {"ll": tokenizer, "hl": tokenizer}
         trainer.groups, trainer.critics, trainer.extensions = {"hl": _Group()}, {}, methods.load(config)
