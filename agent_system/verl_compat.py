@@ -21,6 +21,9 @@ Two kinds of things live here:
   ``flash_attention_2`` (and, when that fails, says to install trl); the project's loader uses the attention the
   critic's config selects (``critic.model.override_config.attn_implementation``, verl's ``flash_attention_2`` when
   unset), so the SDPA fallback without flash-attn (``trainer.gpu_checks``) reaches the critic too.
+* **The sleep level** of a level's rollout servers: verl 0.9.1 sleeps vLLM at level 2 (the weights discarded) unless
+  LoRA or MTP needs level 1; :func:`sleep_replicas` asks for level 1 for a level whose weights the step does not
+  change, so that its wake-up needs no push.
 """
 
 from __future__ import annotations
@@ -266,6 +269,48 @@ def platform_already_resolved() -> str | None:
     manager = importlib.import_module("verl.plugin.platform.platform_manager")
     current = manager._current_platform
     return None if current is None else current.device_name
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# The rollout servers' sleep level
+# --------------------------------------------------------------------------------------------------------------------
+
+KEEP_WEIGHTS_SLEEP_LEVEL = 1  # vLLM's level-1 sleep: the weights go to host memory and come back at the wake-up
+
+
+def pin_sleep_level(server: Any, level: int | None) -> None:
+    """Make ``server`` (a rollout server object: verl's ``vLLMHttpServer``, the project's ``HFRolloutServer``) sleep
+    at vLLM sleep ``level`` (1: the weights move to host memory and the wake-up restores them; 2: they are discarded)
+    until called with None, which gives it back the level verl resolves.
+
+    verl 0.9.1 has no per-call sleep level: its server sleeps at ``self._resolve_sleep_level()``, 2 unless the level
+    serves a LoRA adapter or an MTP drafter. The pinned level is an attribute of the instance that shadows that
+    method; it runs in the server's own process (:func:`sleep_replicas` sends it there through Ray)."""
+    if level is None:
+        vars(server).pop("_resolve_sleep_level", None)
+        return
+    if level not in (1, 2):
+        raise ValueError(f"vLLM sleep level {level!r}: 1 (keep the weights in host memory) or 2 (discard them)")
+    server._resolve_sleep_level = lambda: level
+
+
+def sleep_replicas(checkpoint_manager: Any, keep_weights: bool) -> None:
+    """Sleep the rollout servers of ``checkpoint_manager`` (verl's ``CheckpointEngineManager``) to free their devices.
+
+    ``keep_weights``: at :data:`KEEP_WEIGHTS_SLEEP_LEVEL`, for a level whose weights do not change before the next
+    generation: ``checkpoint_manager.wake_up_replicas()`` then brings them back without a push. Otherwise at the level
+    verl picks (2, which discards the weights, so that only a push makes the servers usable again)."""
+    if not keep_weights:
+        checkpoint_manager.sleep_replicas()
+        return
+    import ray
+
+    servers = [server for replica in checkpoint_manager.replicas for server in replica.servers]
+    ray.get([server.__ray_call__.remote(pin_sleep_level, KEEP_WEIGHTS_SLEEP_LEVEL) for server in servers])
+    try:
+        checkpoint_manager.sleep_replicas()
+    finally:
+        ray.get([server.__ray_call__.remote(pin_sleep_level, None) for server in servers])
 
 
 # --------------------------------------------------------------------------------------------------------------------

@@ -18,9 +18,13 @@ The checks:
   is a SKIP with that reason;
 * weight pushes per level per step (``perf/weight_syncs/<level>``) equal those the trainer's own rules make
   (:func:`agent_system.levels.weight_sync.pushes_per_step`, the table of docs/ARCHITECTURE.md, "Weight syncs"): one
-  per weight version a generation needs that its servers do not hold, where a new process's servers hold none and,
-  in sleep mode (``gpu_check.sh`` sets it), a sleep for training frees them (under ``colocated`` every level sleeps
-  at every step that trains, so a level the step does not update is pushed again);
+  per weight version a generation needs that its servers do not hold, where a new process's servers hold none; a
+  sleep for training costs none (``gpu_check.sh``'s (tH, tL) = (1, 2) leaves a level idle at every step: under
+  ``colocated`` it sleeps at vLLM level 1 and keeps its weights);
+* the idle level kept its weights: for a level that slept at level 1 and trains at a later step of the same run,
+  its pushes at the steps of those sleeps as the rules expect (none at its wake-ups) and the rollout-vs-actor
+  log-prob gap of the step that trains it (whose rollout ran on the weights the sleeps kept) at most
+  ``--max-logprob-gap``;
 * after each push, the rollout-vs-actor log-prob gap of each level (``<level>/rollout_actor_logprob_diff_mean``:
   the actor re-scoring the tokens its servers sampled) at most ``--max-logprob-gap``: servers that kept stale or
   dummy weights sample with other log-probs;
@@ -39,13 +43,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # agent_system where the venv lacks the project
-from agent_system.levels.weight_sync import pushes_per_step  # noqa: E402  (the trainer's rules: one home)
+from agent_system.levels.weight_sync import (  # noqa: E402  (the trainer's rules: one home)
+    keeps_weights_asleep,
+    pushes_per_step,
+    sleeps_for_training,
+)
 from agent_system.trainer.stop_request import EXIT_STOPPED  # noqa: E402
 
 LEVELS = ("ll", "hl")
 MIB = 2**20
 PLACEMENT = {"colocated": "colocated", "resume": "colocated", "split": "split"}  # as gpu_check.sh runs them
-SLEEP_MODE = True  # gpu_check.sh sets rollout.free_cache_engine=true at both levels
 # the exit statuses of a run that reached its time limit, and what each says
 TIMED_OUT = {
     124: "timeout's status: the trainer got SIGTERM at --run-timeout and ended within the grace",
@@ -95,22 +102,50 @@ def check_exit(run: str, rc: int | None, last_step: int | None = None, total_ste
     return Check(name, rc == 0, f"{rc}" + ("" if rc == 0 else " (see its console.log)"))
 
 
-def check_pushes(
-    run: str, metrics: dict[int, dict[str, float]], plan: dict, placement: str, sleep_mode: bool = SLEEP_MODE
-) -> list[Check]:
+def check_pushes(run: str, metrics: dict[int, dict[str, float]], plan: dict) -> list[Check]:
     """One check per step: each level's ``perf/weight_syncs/<level>`` against the trainer's rules
     (:func:`agent_system.levels.weight_sync.pushes_per_step`) for the plan's updates and validations."""
     steps = logged_steps(metrics)
     if not steps:
         return [Check(f"{run}: pushes per step", False, "no step logged perf/weight_syncs/<level>")]
     levels = {level: plan["levels"][level]["update_steps"] for level in LEVELS if level in plan["levels"]}
-    expected = pushes_per_step(steps, levels, plan["validation_steps"], placement, sleep_mode)
+    expected = pushes_per_step(steps, levels, plan["validation_steps"])
     checks = []
     for step in steps:
         got = {level: metrics[step].get(f"perf/weight_syncs/{level}") for level in levels}
         want = {level: float(count) for level, count in expected[step].items()}
         text = ", ".join(f"{level} {_number(got[level])} (expected {want[level]:g})" for level in levels)
         checks.append(Check(f"{run}: pushes at step {step}", got == want, text))
+    return checks
+
+
+def check_idle_levels(
+    run: str, metrics: dict[int, dict[str, float]], plan: dict, placement: str, max_gap: float
+) -> list[Check]:
+    """One check per level that slept keeping its weights (vLLM level 1: a step that trained the other level on its
+    devices, :func:`agent_system.levels.weight_sync.keeps_weights_asleep`) and trains at a later logged step of the
+    run: its pushes at the steps of those sleeps equal the rules' (no push at a wake-up), and the log-prob gap of the
+    step that trains it, whose rollout ran on the weights the sleeps kept, is at most ``max_gap``."""
+    steps = logged_steps(metrics)
+    levels = {level: plan["levels"][level]["update_steps"] for level in LEVELS if level in plan["levels"]}
+    expected = pushes_per_step(steps, levels, plan["validation_steps"])
+    checks = []
+    for level, updates in levels.items():
+        slept = []  # the steps since the level's last update at which it slept keeping its weights
+        for step in steps:
+            active = [other for other in levels if step in levels[other]]
+            if step in updates and slept:
+                got = {s: metrics[s].get(f"perf/weight_syncs/{level}") for s in slept}
+                pushes = ", ".join(f"{_number(got[s])} at step {s} (expected {expected[s][level]})" for s in slept)
+                gap = metrics[step].get(f"{level}/rollout_actor_logprob_diff_mean")
+                passed = gap is not None and gap <= max_gap and all(got[s] == expected[s][level] for s in slept)
+                name = f"{run}: {level} kept its weights asleep at step(s) {', '.join(map(str, slept))}"
+                text = f"pushes {pushes}; log-prob gap at step {step} {_number(gap)} (at most {max_gap:g})"
+                checks.append(Check(name, passed, text))
+            if step in updates:
+                slept = []
+            elif sleeps_for_training(level, active, placement, False) and keeps_weights_asleep(level, active):
+                slept.append(step)
     return checks
 
 
@@ -204,7 +239,8 @@ def run_checks(out: Path, gpus: int, max_gap: float, slack_gib: float, max_resum
             checks.append(Check(f"{run}: run plan", False, f"{folder / 'run_plan.json'} is missing"))
             continue
         if steps or not exit_check.timed_out:  # a run stopped before its first step has no step to check
-            checks += check_pushes(run, metrics, plan, PLACEMENT[run])
+            checks += check_pushes(run, metrics, plan)
+            checks += check_idle_levels(run, metrics, plan, PLACEMENT[run], max_gap)
             checks += check_logprob_gap(run, metrics, max_gap)
         if (folder / "memory.csv").is_file():
             checks.append(check_memory(run, peak_mib(folder / "memory.csv"), plan, slack_gib))

@@ -33,7 +33,9 @@
 # The runs (tiny Qwen2 models built here by agent_system.models.tiny, with a different tokenizer per level; the data
 # is the embedded generated dataset; nothing is downloaded or read outside the repository):
 #   colocated  both levels on the one GPU, vLLM with sleep mode and its default CUDA graphs, an LL critic (gae) and
-#              reference (β > 0), two steps with a validation after each and a checkpoint at step 2;
+#              reference (β > 0), (tH, tL) = (1, 2): the LL trains at steps 1 and 3, the HL at step 2, so at each
+#              step the idle level sleeps at vLLM level 1 keeping its weights; two steps with a validation after each
+#              and a checkpoint at step 2;
 #   resume     the same run resumed from that checkpoint for a third step;
 #   split      two GPUs, one level each: skipped, with the reason, on a node with one GPU.
 set -euo pipefail
@@ -137,6 +139,8 @@ COMMON=(
   actor_rollout_ref.rollout.engine_kwargs.vllm.kv_cache_memory_bytes=268435456
   hl.rollout.engine_kwargs.vllm.kv_cache_memory_bytes=268435456
   mlmt.ll.adv_estimator=gae "mlmt.stages.beta_turn1=[0.01]" "mlmt.stages.beta_turn3=[0.01]"
+  # one level per step (LL, HL, LL): the other, idle, keeps its weights through its sleep (checked at the HL's step 2)
+  mlmt.schedule.tH=1 mlmt.schedule.tL=2
   # a large lr: one update moves the log-probs, so servers that missed a push show a rollout-vs-actor gap
   actor_rollout_ref.actor.optim.lr=1e-3 hl.actor.optim.lr=1e-3
   data.train_batch_size=2 data.max_prompt_length=768 data.max_response_length=32 hl.rollout.response_length=32

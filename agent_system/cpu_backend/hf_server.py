@@ -12,9 +12,11 @@ calls on CPU (or any torch device) with ``transformers``' ``generate()``:
   top-p filtering (greedy decoding uses temperature 1).
 * **Weights** arrive through :meth:`update_weights` (called by the rollout adapter inside each actor worker, which
   verl's ``CheckpointEngineManager`` drives); generation and weight updates never overlap.
-* **Sleep** follows vLLM's sleep mode when ``rollout.free_cache_engine`` is set: :meth:`sleep` frees the weights
-  (the parameters move to the ``meta`` device), the next :meth:`update_weights` loads them again, and a ``generate``
-  on a sleeping server is an error, so a trainer that forgets verl's wake-before-generate pattern fails loudly.
+* **Sleep** follows vLLM's sleep mode when ``rollout.free_cache_engine`` is set, at the level verl's vLLM server
+  resolves (:meth:`_resolve_sleep_level`, which ``verl_compat.pin_sleep_level`` overrides as on vLLM's): at level 2
+  :meth:`sleep` frees the weights (the parameters move to the ``meta`` device) and only the next
+  :meth:`update_weights` wakes the server; at level 1 it keeps them and :meth:`wake_up` wakes it. A ``generate`` on a
+  sleeping server is an error, so a trainer that forgets verl's wake-before-generate pattern fails loudly.
 """
 
 from __future__ import annotations
@@ -122,7 +124,8 @@ class HFRolloutServer:
         self.default_max_tokens = default_max_tokens
         self.global_steps: int | None = None
         self.free_weights_on_sleep = free_weights_on_sleep
-        self.asleep = False
+        self.asleep = False  # sleeping: generate refuses until a wake-up or a weight update
+        self.weights_freed = False  # the parameters are on the meta device (a level-2 sleep)
         self._queues: dict[tuple, list[_Request]] = {}
         self._wakeup: asyncio.Event | None = None
         self._lock: asyncio.Lock | None = None
@@ -140,8 +143,9 @@ class HFRolloutServer:
         self._ensure_loop()
         if self.asleep:
             raise RuntimeError(
-                f"request {request_id}: the hf rollout server is asleep (its weights are freed); load weights "
-                "(CheckpointEngineManager.update_weights) before generating"
+                f"request {request_id}: the hf rollout server is asleep (its weights "
+                f"{'freed' if self.weights_freed else 'kept'}); load weights (CheckpointEngineManager.update_weights) "
+                "or, when it kept them, wake it (wake_up_replicas) before generating"
             )
         prompt_ids = [int(t) for t in prompt_ids]
         room = self.max_model_len - len(prompt_ids)
@@ -247,10 +251,11 @@ class HFRolloutServer:
         """Load a full (HF-named) state dict into the served model; waits for the running batch to finish."""
         self._ensure_loop()
         async with self._lock:
-            missing, unexpected = self.model.load_state_dict(state_dict, strict=False, assign=self.asleep)
-            if self.asleep:
+            missing, unexpected = self.model.load_state_dict(state_dict, strict=False, assign=self.weights_freed)
+            if self.weights_freed:
                 self.model.tie_weights()
-                self.asleep = False
+                self.weights_freed = False
+            self.asleep = False
             tied = {"lm_head.weight"} if getattr(self.model.config, "tie_word_embeddings", False) else set()
             if unexpected or set(missing) - tied:
                 raise RuntimeError(
@@ -263,17 +268,26 @@ class HFRolloutServer:
         return dict(self.stats)
 
     async def wake_up(self) -> None:
-        return None
+        """End a sleep that kept the weights; after one that freed them only :meth:`update_weights` wakes the server."""
+        if not self.weights_freed:
+            self.asleep = False
+
+    def _resolve_sleep_level(self) -> int:
+        """The level :meth:`sleep` sleeps at, as verl's vLLM server names it: 2, the weights freed."""
+        return 2
 
     async def sleep(self) -> None:
-        """With ``free_weights_on_sleep``: free the weights until the next :meth:`update_weights`."""
+        """With ``free_weights_on_sleep``: sleep; at level 2 (:meth:`_resolve_sleep_level`) free the weights until the
+        next :meth:`update_weights`, at level 1 keep them for :meth:`wake_up`."""
         if not self.free_weights_on_sleep or self.asleep:
             return
         self._ensure_loop()
         async with self._lock:
-            for module in self.model.modules():  # parameters only: buffers (rotary tables) are not in a state dict
-                for name, param in list(module.named_parameters(recurse=False)):
-                    module.register_parameter(name, torch.nn.Parameter(param.to("meta"), requires_grad=False))
+            if self._resolve_sleep_level() == 2:
+                for module in self.model.modules():  # parameters only: buffers (rotary tables) are not in a state dict
+                    for name, param in list(module.named_parameters(recurse=False)):
+                        module.register_parameter(name, torch.nn.Parameter(param.to("meta"), requires_grad=False))
+                self.weights_freed = True
             self.asleep = True
             self.stats["sleeps"] += 1
 

@@ -7,8 +7,9 @@ A :class:`PolicyGroup` owns, for its level:
 * its rollout servers (``LLMServerManager``: vLLM on GPU, the project's ``hf`` server on CPU) and a client;
 * its weight sync (``CheckpointEngineManager``): :meth:`PolicyGroup.wake_up` pushes the actor's weights into the
   servers only when they do not hold them (after an update or a checkpoint load, :meth:`PolicyGroup.weights_changed`,
-  or after a sleep that freed them), counted and timed per level; when the servers sleep, and when the loop wakes
-  them, is decided in :mod:`agent_system.levels.weight_sync`.
+  or after a sleep that freed them), counted and timed per level, and wakes servers that slept keeping their weights
+  without a push; when the servers sleep, and whether they keep their weights, is decided in
+  :mod:`agent_system.levels.weight_sync`.
 
 With more than one data-parallel rank, every batch sent to the workers is put in a balanced row order first
 (:mod:`agent_system.levels.balance`): similar token counts per rank, each optimizer step's rows mixing turns and
@@ -66,7 +67,8 @@ class PolicyGroup:
         self.server_manager = None
         self.client = None
         self.checkpoint_manager = None
-        self.rollout_current = False  # are the servers awake with the actor's current weights?
+        self.rollout_current = False  # do the servers hold the actor's current weights (awake or asleep)?
+        self.awake = True  # False after a sleep in sleep mode, until the next wake-up
         self.weight_syncs = 0  # weight pushes actor -> rollout servers since start (RolloutWeights.take reads them)
         self.sync_seconds = 0.0  # the time those pushes took
 
@@ -120,6 +122,7 @@ class PolicyGroup:
             config=engine_config, actor_wg=self.worker_group, replicas=self.server_manager.get_replicas()
         )
         self.checkpoint_manager.sleep_replicas()
+        self.awake = not self.sleeps
 
     @property
     def sleeps(self) -> bool:
@@ -206,7 +209,9 @@ class PolicyGroup:
         """Before generating: push the actor's weights into the servers if they changed or a sleep freed them.
 
         verl's naive push is the wake-up: it restores the servers' memory, loads the weights and restores the KV
-        cache (vLLM's level-2 sleep discards the weights, so a server that slept is only usable after a push)."""
+        cache (vLLM's level-2 sleep discards the weights, so a server that slept is only usable after a push). Servers
+        that slept keeping the actor's current weights (level 1) are woken without a push: verl's wake-up brings the
+        weights back from host memory."""
         self.check_servers_alive()
         if not self.rollout_current:
             start = time.perf_counter()
@@ -214,12 +219,20 @@ class PolicyGroup:
             self.sync_seconds += time.perf_counter() - start
             self.weight_syncs += 1
             self.rollout_current = True
+        elif not self.awake:
+            self.checkpoint_manager.wake_up_replicas()
+        self.awake = True
 
-    def sleep(self) -> None:
-        """Free the servers' memory for training on their devices; in sleep mode this discards their weights."""
-        self.checkpoint_manager.sleep_replicas()
+    def sleep(self, keep_weights: bool) -> None:
+        """Free the servers' memory for training on their devices.
+
+        In sleep mode the weights are discarded (vLLM level 2), unless ``keep_weights`` and the servers hold the
+        actor's current weights: then they sleep at level 1 and :meth:`wake_up` needs no push. Without sleep mode
+        the servers keep everything."""
+        keep = self.sleeps and keep_weights and self.rollout_current
+        vc.sleep_replicas(self.checkpoint_manager, keep_weights=keep)
         if self.sleeps:
-            self.rollout_current = False
+            self.rollout_current, self.awake = keep, False
 
     def weights_changed(self) -> None:
         """The actor's weights changed (an update, a checkpoint load): the next :meth:`wake_up` pushes them."""

@@ -3,7 +3,7 @@
 A group's servers (the LL's, the HL's, the lagged snapshot's) hold their actor's current weights until the actor
 changes (an update, a checkpoint load, the snapshot's refresh: :meth:`PolicyGroup.weights_changed`) or a sleep frees
 them: in sleep mode (``rollout.free_cache_engine``) verl sleeps vLLM at level 2, which discards the weights, and its
-only way back is a push (the hf server on CPU does the same). Hence two rules (docs/ARCHITECTURE.md, "Weight
+only way back is a push (the hf server on CPU does the same). Hence three rules (docs/ARCHITECTURE.md, "Weight
 syncs", tabulates the pushes per step):
 
 * **Push only where needed.** :meth:`RolloutWeights.wake` runs before each training rollout and each validation, and
@@ -13,6 +13,10 @@ syncs", tabulates the pushes per step):
 * **Sleep only for training.** After the training rollout, a group's servers sleep only when the step's training
   needs their devices (:func:`sleeps_for_training`); nothing sleeps after a validation (the next use of the devices
   is the next rollout).
+* **An idle level keeps its weights asleep.** A level the step does not update sleeps at vLLM level 1
+  (``verl_compat.sleep_replicas``: the weights wait in host memory) and wakes without a push; only an updated
+  level's sleep discards its weights, which its next push replaces anyway. So a sleep never costs a push, under
+  ``colocated`` as under ``split``.
 
 :func:`pushes_per_step` states the pushes these rules make per step without any worker: what the GPU check
 (``scripts/gpu_check.py``) expects, and what docs/ARCHITECTURE.md's table lists.
@@ -46,29 +50,29 @@ def sleeps_for_training(level: str, active: list[str], placement: str, reads_oth
     return bool(active)
 
 
+def keeps_weights_asleep(level: str, active: list[str]) -> bool:
+    """Whether ``level``'s servers, when they sleep for this step's training, keep their weights (vLLM level 1): the
+    step does not update ``level`` (``active``: the levels it updates), so the weights they hold stay current."""
+    return level not in active
+
+
 def pushes_per_step(
-    steps: list[int],
-    update_steps: dict[str, list[int]],
-    validation_steps: list[int],
-    placement: str,
-    sleep_mode: bool,
-    reads_other_levels: bool = False,
+    steps: list[int], update_steps: dict[str, list[int]], validation_steps: list[int]
 ) -> dict[int, dict[str, int]]:
     """Pushes per step and level (``perf/weight_syncs/<level>``) of one process that runs ``steps`` in order.
 
     The rules of :class:`RolloutWeights` in ``MLMTTrainer.fit``'s order: a new process's servers hold no weights
     (vLLM's dummy ones; a resumed process too); each step wakes the servers for its rollout, sleeps those whose
-    devices its training needs (:func:`sleeps_for_training`; in sleep mode the sleep frees the weights), updates its
-    levels (a new weight version each), then wakes them again for a validation where one is due. Each wake-up pushes
-    into the servers that do not hold their actor's current version. Step 0 is the validation before training.
+    devices its training needs, updates its levels (a new weight version each), then wakes them again for a
+    validation where one is due. Each wake-up pushes into the servers that do not hold their actor's current
+    version. A sleep costs no push, whatever the placement and sleep mode: an idle level's sleep keeps its weights
+    (:func:`keeps_weights_asleep`), and an updated level's weights are replaced by the push of its update anyway.
+    Step 0 is the validation before training.
 
     Args:
         steps: the steps the process runs, in order (a resumed process starts after its checkpoint).
         update_steps: level → the steps that update it (the run plan's ``levels.<level>.update_steps``).
         validation_steps: the steps followed by a validation (the run plan's ``validation_steps``).
-        placement: ``mlmt.placement``.
-        sleep_mode: ``rollout.free_cache_engine``: a sleep frees the weights (verl's level-2 vLLM sleep).
-        reads_other_levels: as for :func:`sleeps_for_training`.
 
     Returns:
         ``{step: {level: pushes}}``.
@@ -86,12 +90,9 @@ def pushes_per_step(
         counts = dict.fromkeys(update_steps, 0)
         if step > 0:
             wake(counts)  # the training rollout
-            active = [level for level in update_steps if step in update_steps[level]]
             for level in update_steps:
-                if sleep_mode and sleeps_for_training(level, active, placement, reads_other_levels):
-                    held[level] = None
-            for level in active:
-                version[level] += 1
+                if step in update_steps[level]:
+                    version[level] += 1
         if step in validation_steps:
             wake(counts)
         pushes[step] = counts
@@ -122,10 +123,11 @@ class RolloutWeights:
             group.wake_up(global_steps)
 
     def sleep_for_training(self, active: list[str]) -> None:
-        """After the training rollout: sleep the servers whose devices the step's training uses."""
+        """After the training rollout: sleep the servers whose devices the step's training uses, those of a level the
+        step does not update keeping their weights."""
         for level, group in self.groups.items():
             if sleeps_for_training(level, active, self.placement, self.reads_other_levels):
-                group.sleep()
+                group.sleep(keep_weights=keeps_weights_asleep(level, active))
 
     def take(self) -> dict[str, float]:
         """Pushes since the last call, per group: ``perf/weight_syncs/<level>`` and ``timing_s/sync_<level>``."""

@@ -121,11 +121,18 @@ def test_two_models_independent_and_weight_sync(tiny_models, ray_per_test, rollo
     fresh = _rows(prompts, _sample(ll, prompts), pad)
     assert _max_server_actor_gap(ll, fresh) < SYNC_TOLERANCE
     if rollout == "hf":  # sleeping again frees the weights until the next wake-up reloads them
-        ll.sleep()
+        ll.sleep(keep_weights=False)
         assert _server_stats(ll)["sleeps"] == 2
         ll.wake_up(global_steps=1)
         again = _rows(prompts, _sample(ll, prompts), pad)
         assert _max_server_actor_gap(ll, again) < SYNC_TOLERANCE
+        pushes = ll.weight_syncs  # an idle level's sleep (vLLM level 1) keeps the weights: woken without a push
+        ll.sleep(keep_weights=True)
+        assert _server_stats(ll)["sleeps"] == 3
+        ll.wake_up(global_steps=1)
+        assert ll.weight_syncs == pushes
+        kept = _rows(prompts, _sample(ll, prompts), pad)
+        assert _max_server_actor_gap(ll, kept) < SYNC_TOLERANCE
 
     # A rollout server that died (here killed, as Ray's OOM killer does) stops the next sync with a message naming
     # it; before, the sync into a dead vLLM server waited forever. First the wake-up's check finds it dead, then the

@@ -98,6 +98,7 @@ def test_one_gpu_runs_colocated_with_local_models_inside_the_repository():
                                                      "hl.rollout.free_cache_engine"))  # fmt: skip
         assert not any("enforce_eager" in arg for arg in train)  # vLLM's default CUDA graphs
         assert "mlmt.ll.adv_estimator=gae" in train and "mlmt.stages.beta_turn1=[0.01]" in train  # LL critic, ref
+        assert {"mlmt.schedule.tH=1", "mlmt.schedule.tL=2"} <= set(train)  # an idle level at every step
     assert [c[c.index(">") - 1] for c in trains] == ["trainer.total_training_steps=2", "trainer.total_training_steps=3"]
     builds = [c for c in commands if "agent_system.models.tiny" in c]
     assert [c[c.index("--vocab-size") + 1] for c in builds] == ["512", "640"]  # a tokenizer per level
@@ -127,45 +128,66 @@ def _step(syncs: dict, gap: float = 1e-3) -> dict:
     return values
 
 
+RR_1_2 = {"ll": [1, 3], "hl": [2]}  # gpu_check.sh's (tH, tL) = (1, 2): one level per step, the other idle
+
+
 def _good_run(out: Path, **changes) -> None:
-    both = {"ll": [1, 2, 3], "hl": [1, 2, 3]}
-    _write_run(out / "colocated", _plan(both, [1, 2]), [(1, _step({"ll": 2, "hl": 2})), (2, _step({"ll": 1, "hl": 1}))])
+    _write_run(
+        out / "colocated", _plan(RR_1_2, [1, 2]), [(1, _step({"ll": 2, "hl": 1})), (2, _step({"ll": 0, "hl": 1}))]
+    )
     resume = [(2, {"resume/ll_logprob_max_abs_diff": 0.0, "resume/hl_logprob_max_abs_diff": 1e-4})]
-    resume.append((3, _step({"ll": 2, "hl": 2})))
-    _write_run(out / "resume", _plan(both, [1, 2, 3], (2, 3)), changes.get("resume", resume))
+    resume.append((3, _step({"ll": 2, "hl": 1})))
+    _write_run(out / "resume", _plan(RR_1_2, [1, 2, 3], (2, 3)), changes.get("resume", resume))
 
 
 def test_expected_pushes_are_one_per_weight_version_a_generation_needs():
     expected = gpu_check.pushes_per_step
     both = {"ll": [1, 2], "hl": [1, 2]}
-    assert expected([1, 2], both, [1, 2], "colocated", True) == {1: {"ll": 2, "hl": 2}, 2: {"ll": 1, "hl": 1}}
+    assert expected([1, 2], both, [1, 2]) == {1: {"ll": 2, "hl": 2}, 2: {"ll": 1, "hl": 1}}
     # validation only at the end: the rollout of step 2 needs update 1's weights, the validation update 2's
-    assert expected([1, 2], both, [2], "colocated", True) == {1: {"ll": 1, "hl": 1}, 2: {"ll": 2, "hl": 2}}
-    # (tH, tL) = (1, 2) under split: the HL updated on step 3 only; its servers keep their weights until then
-    rr = expected([1, 2, 3], {"ll": [1, 2], "hl": [3]}, [3], "split", True)
+    assert expected([1, 2], both, [2]) == {1: {"ll": 1, "hl": 1}, 2: {"ll": 2, "hl": 2}}
+    # (tH, tL) = (1, 2): the HL updated on step 3 only; its servers keep their weights until then
+    rr = expected([1, 2, 3], {"ll": [1, 2], "hl": [3]}, [3])
     assert rr == {1: {"ll": 1, "hl": 1}, 2: {"ll": 1, "hl": 0}, 3: {"ll": 1, "hl": 1}}
     # a resumed process: its servers start empty, so its first step loads the restored weights
-    assert expected([3], both | {"ll": [1, 2, 3]}, [3], "colocated", True)[3]["ll"] == 2
+    assert expected([3], both | {"ll": [1, 2, 3]}, [3])[3]["ll"] == 2
 
 
-def test_expected_pushes_are_the_trainers_own_rules_with_the_sleep_that_frees_weights():
-    """Colocated (1, 15) in sleep mode: the HL, not updated, slept while the LL trained on its device and lost its
-    weights, so each validation pushes it again (1 per step, as docs/ARCHITECTURE.md's table says); the check's own
-    model, which knew no sleep, expected 0."""
+def test_expected_pushes_are_the_trainers_own_rules_where_an_idle_level_keeps_its_weights_asleep():
+    """Colocated (1, 15) in sleep mode: the HL, not updated, sleeps at vLLM level 1 while the LL trains on its
+    device and keeps its weights, so no validation pushes it again (issue 43, item 7; before, every sleep was
+    verl's level 2 and the idle HL was pushed at every step, which this check then expected)."""
     assert gpu_check.pushes_per_step is weight_sync.pushes_per_step  # one home: the trainer's module
     updates = update_steps(16, OmegaConf.create({"tH": 1, "tL": 15}), {"ll": False, "hl": False})
     steps = list(range(1, 17))
-    colocated = gpu_check.pushes_per_step(steps, updates, steps, "colocated", sleep_mode=True)
-    assert [colocated[step]["hl"] for step in steps] == [2] + [1] * 15
-    assert [colocated[step]["ll"] for step in steps] == [2] + [1] * 15
-    split = gpu_check.pushes_per_step(steps, updates, steps, "split", sleep_mode=True)
-    assert [split[step]["hl"] for step in steps] == [1] + [0] * 13 + [1, 0]  # its own device: no sleep before 15
-    # check_pushes reads the placement: a colocated run that pushed the idle HL once per step passes
+    expected = gpu_check.pushes_per_step(steps, updates, steps)
+    assert [expected[step]["hl"] for step in steps] == [1] + [0] * 13 + [1, 0]  # the initial weights, step 15's
+    assert [expected[step]["ll"] for step in steps] == [2] + [1] * 13 + [0, 1]
     plan = _plan(updates, steps)
-    metrics = {step: _step(colocated[step]) for step in steps}
-    assert all(check.passed for check in gpu_check.check_pushes("colocated", metrics, plan, "colocated"))
-    failed = {c.name for c in gpu_check.check_pushes("split", metrics, plan, "split") if not c.passed}
-    assert {f"split: pushes at step {step}" for step in range(2, 15)} <= failed  # split expects the HL's 0
+    repushed = {step: _step(expected[step] | {"hl": 1}) for step in steps}  # every sleep discarding the weights
+    failed = {c.name for c in gpu_check.check_pushes("colocated", repushed, plan) if not c.passed}
+    assert {f"colocated: pushes at step {step}" for step in range(2, 15)} <= failed
+    idle = gpu_check.check_idle_levels("colocated", repushed, plan, "colocated", max_gap=0.05)
+    assert [(c.name, c.passed) for c in idle] == [
+        ("colocated: ll kept its weights asleep at step(s) 15", True),
+        ("colocated: hl kept its weights asleep at step(s) " + ", ".join(map(str, range(1, 15))), False),
+    ]
+
+
+def test_the_idle_level_check_needs_no_push_and_a_small_gap_after_its_level_1_sleep():
+    """gpu_check.sh's run: (tH, tL) = (1, 2), colocated; the HL sleeps at level 1 at step 1 and trains at step 2."""
+    plan = _plan(RR_1_2, [1, 2])
+    good = {1: _step({"ll": 2, "hl": 1}), 2: _step({"ll": 0, "hl": 1})}
+    (check,) = gpu_check.check_idle_levels("colocated", good, plan, "colocated", max_gap=0.05)
+    assert check.line() == (
+        "PASS colocated: hl kept its weights asleep at step(s) 1: pushes 1 at step 1 (expected 1); log-prob gap at "
+        "step 2 0.001 (at most 0.05)"
+    )
+    weights_lost = {1: good[1], 2: _step({"ll": 0, "hl": 1}, gap=0.7)}  # woken on discarded weights, no push
+    assert gpu_check.check_idle_levels("colocated", weights_lost, plan, "colocated", 0.05)[0].passed is False
+    repushed = {1: _step({"ll": 2, "hl": 2}), 2: good[2]}  # a weight-discarding sleep: the wake-up was a push
+    assert gpu_check.check_idle_levels("colocated", repushed, plan, "colocated", 0.05)[0].passed is False
+    assert gpu_check.check_idle_levels("split", good, plan, "split", 0.05) == []  # an idle split level never sleeps
 
 
 def test_a_good_run_passes_every_check(tmp_path):
@@ -173,7 +195,8 @@ def test_a_good_run_passes_every_check(tmp_path):
     checks = gpu_check.run_checks(tmp_path, gpus=1, max_gap=0.05, slack_gib=1.0, max_resume_gap=0.05)
     assert [c for c in checks if c.passed is False] == []
     lines = [c.line() for c in checks]
-    assert "PASS colocated: pushes at step 1: ll 2 (expected 2), hl 2 (expected 2)" in lines
+    assert "PASS colocated: pushes at step 1: ll 2 (expected 2), hl 1 (expected 1)" in lines
+    assert any(line.startswith("PASS colocated: hl kept its weights asleep at step(s) 1") for line in lines)
     assert any(line.startswith("PASS resume: continues after the checkpoint") for line in lines)
     assert lines[-1] == "SKIP split: two GPUs, one level each: needs 2 GPUs, this node has 1"
     assert gpu_check.main([str(tmp_path), "--gpus", "1"]) == 0
@@ -182,7 +205,7 @@ def test_a_good_run_passes_every_check(tmp_path):
 def test_each_failure_is_reported_by_name(tmp_path):
     _good_run(tmp_path)
     records = [json.loads(line) for line in (tmp_path / "colocated" / "metrics.jsonl").read_text().splitlines()]
-    records[1]["data"]["perf/weight_syncs/hl"] = 2.0  # a validation that re-pushed unchanged weights
+    records[1]["data"]["perf/weight_syncs/ll"] = 1.0  # the idle LL's wake-up re-pushed unchanged weights
     records[0]["data"]["ll/rollout_actor_logprob_diff_mean"] = 0.7  # servers sampling with other weights
     (tmp_path / "colocated" / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     (tmp_path / "colocated" / "memory.csv").write_text("12000\n")  # 11.7 GiB against 10 + 1
@@ -199,7 +222,7 @@ def test_each_failure_is_reported_by_name(tmp_path):
 
 
 def test_a_resume_that_restarted_or_did_not_run_fails(tmp_path):
-    _good_run(tmp_path, resume=[(1, _step({"ll": 2, "hl": 2}))])  # started over at step 1: no checkpoint read
+    _good_run(tmp_path, resume=[(1, _step({"ll": 2, "hl": 1}))])  # started over at step 1: no checkpoint read
     checks = gpu_check.run_checks(tmp_path, gpus=1, max_gap=0.05, slack_gib=1.0, max_resume_gap=0.05)
     failed = {c.name for c in checks if c.passed is False}
     assert failed == {"resume: restored log-probs", "resume: continues after the checkpoint"}

@@ -2,12 +2,14 @@
 against the table of docs/ARCHITECTURE.md ("Weight syncs").
 
 The unit tier cannot start Ray, so each group here is a real :class:`PolicyGroup` whose ``CheckpointEngineManager``
-is replaced by servers that record the two calls the group makes (``update_weights``: a push of the actor's current
-version; ``sleep_replicas``: a sleep that, in sleep mode, frees the weights, as vLLM's level-2 sleep does). Every
-generation checks that the servers hold the actor's current weights, so a skipped push that left stale or freed
-weights fails. The steps call :class:`RolloutWeights` in the order ``MLMTTrainer.fit`` does. Before this change a
-level was pushed at every wake-up that followed a sleep: 2 pushes per level per step with a validation every step,
-whatever the schedule; the same counts on real workers: ``tests/e2e/test_weight_sync_run_on_cpu.py``.
+is replaced by servers that record the calls the group makes (``update_weights``: a push of the actor's current
+version, which wakes them; a sleep through ``verl_compat.sleep_replicas``: in sleep mode it frees the weights, as
+vLLM's level-2 sleep does, or keeps them asleep at level 1; ``wake_up_replicas``: the wake-up of servers that kept
+them). Every generation checks that the servers are awake and hold the actor's current weights, so a skipped push or
+wake-up fails. The steps call :class:`RolloutWeights` in the order ``MLMTTrainer.fit`` does. Before issue 33 a level
+was pushed at every wake-up that followed a sleep: 2 pushes per level per step with a validation every step, whatever
+the schedule; the same counts on real workers: ``tests/e2e/test_weight_sync_run_on_cpu.py``. Before issue 43 (item 7)
+every sleep discarded the weights, so under ``colocated`` a level the step did not update was pushed again.
 """
 
 from __future__ import annotations
@@ -19,8 +21,9 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
+from agent_system import verl_compat
 from agent_system.levels.policy import PolicyGroup
-from agent_system.levels.weight_sync import RolloutWeights, pushes_per_step, sleeps_for_training
+from agent_system.levels.weight_sync import RolloutWeights, keeps_weights_asleep, pushes_per_step, sleeps_for_training
 from agent_system.trainer.schedule import levels_to_update, update_steps
 
 DOCS = Path(__file__).resolve().parents[3] / "docs" / "ARCHITECTURE.md"
@@ -32,18 +35,31 @@ class _Servers:
 
     def __init__(self, group: PolicyGroup, sleep_mode: bool, push_s: float = 0.0) -> None:
         self.group, self.sleep_mode, self.push_s = group, sleep_mode, push_s
-        self.calls, self.version = [], None  # vLLM starts from dummy weights
+        self.calls, self.version, self.awake = [], None, True  # vLLM starts from dummy weights
         self.replicas = []  # the servers each wake-up checks are alive (none here: no Ray)
 
     def update_weights(self, global_steps):
         time.sleep(self.push_s)
         self.calls.append(("push", global_steps))
-        self.version = self.group.actor_version
+        self.version, self.awake = self.group.actor_version, True
 
-    def sleep_replicas(self):
-        self.calls.append(("sleep", None))
+    def sleep(self, keep_weights):
+        """``verl_compat.sleep_replicas`` on these servers: level 1 with ``keep_weights``, else verl's level 2."""
+        self.calls.append(("sleep", 1 if keep_weights else 2))
         if self.sleep_mode:
-            self.version = None
+            self.awake = False
+            if not keep_weights:
+                self.version = None
+
+    def wake_up_replicas(self):
+        self.calls.append(("wake", None))
+        assert self.version is not None, f"{self.group.level}: woken after a sleep that discarded the weights"
+        self.awake = True
+
+
+@pytest.fixture(autouse=True)
+def _servers_sleep(monkeypatch):
+    monkeypatch.setattr(verl_compat, "sleep_replicas", lambda manager, keep_weights: manager.sleep(keep_weights))
 
 
 def _group(level, sleep_mode=True, push_s=0.0):
@@ -62,6 +78,7 @@ def _changed(group):
 def _generate(groups):
     for group in groups.values():
         servers = group.checkpoint_manager
+        assert servers.awake, f"{group.level}: generating on sleeping servers"
         assert servers.version is not None, f"{group.level}: generating without weights"
         assert servers.version == group.actor_version, f"{group.level}: generating with stale weights"
 
@@ -158,7 +175,7 @@ def test_pushes_per_step_states_what_the_groups_do(run, validate, sleep_mode):
     counted = _run(placement, ratio, steps, freeze_hl=schedule == "HL frozen", validate=validate, sleep_mode=sleep_mode)
     frozen = {"ll": False, "hl": schedule == "HL frozen"}
     updates = update_steps(steps, OmegaConf.create({"tH": ratio[0], "tL": ratio[1]}), frozen)
-    stated = pushes_per_step(sorted(counted), updates, sorted(counted) if validate else [], placement, sleep_mode)
+    stated = pushes_per_step(sorted(counted), updates, sorted(counted) if validate else [])
     assert {step: {f"perf/weight_syncs/{k}": float(v) for k, v in c.items()} for step, c in stated.items()} == counted
 
 
@@ -177,10 +194,27 @@ def test_without_validation_the_push_of_an_update_moves_to_the_next_rollout():
     assert hl == [1.0] + [0.0] * 14 + [1.0]  # step 1: the initial weights; 16: step 15's update
 
 
-def test_without_sleep_mode_colocated_pushes_only_updated_levels():
-    counted = _run("colocated", (1, 15), 16, sleep_mode=False)
+@pytest.mark.parametrize("sleep_mode", [True, False])
+def test_colocated_pushes_only_updated_levels(sleep_mode):
+    counted = _run("colocated", (1, 15), 16, sleep_mode=sleep_mode)
     assert counted[1] == {"perf/weight_syncs/ll": 1.0, "perf/weight_syncs/hl": 0.0}
     assert counted[15] == {"perf/weight_syncs/ll": 0.0, "perf/weight_syncs/hl": 1.0}
+
+
+def test_under_colocated_sleep_mode_the_idle_level_sleeps_at_level_1_and_wakes_without_a_push():
+    """(tH, tL) = (1, 15): at the LL's steps the HL sleeps keeping its weights (level 1) and is woken, not pushed;
+    at step 15 it is updated, so its sleep discards them (level 2) and the validation pushes the new ones. Before
+    issue 43 (item 7) every sleep was verl's level 2 and the idle HL was pushed once per step (16 in all, not 2)."""
+    groups = {}
+    counted = _run("colocated", (1, 15), 16, groups=groups)
+    hl = groups["hl"].checkpoint_manager.calls
+    sleeps = [level for call, level in hl if call == "sleep"]
+    assert sleeps == [1] * 14 + [2, 1]  # steps 1-14 and 16 update the LL only, step 15 the HL
+    assert hl[:3] == [("push", 0), ("sleep", 1), ("wake", None)]  # step 0; step 1's sleep and validation
+    assert sum(pushes["perf/weight_syncs/hl"] for pushes in counted.values()) == 2  # the initial weights, step 15's
+    ll = [level for call, level in groups["ll"].checkpoint_manager.calls if call == "sleep"]
+    assert ll == [2] * 14 + [1, 2]
+    assert keeps_weights_asleep("hl", ["ll"]) and not keeps_weights_asleep("ll", ["ll"])
 
 
 @pytest.mark.parametrize("placement", ["split", "colocated"])
@@ -189,8 +223,8 @@ def test_the_snapshot_is_pushed_only_after_a_refresh_and_never_sleeps(placement)
     counted = _run(placement, (1, 1), 7, reg_gap=3, groups=groups)
     snapshot = [counted[step][f"perf/weight_syncs/{SNAPSHOT}"] for step in range(8)]
     assert snapshot == [1.0, 0.0, 0.0, 1.0, 0.0, 0.0, 1.0, 0.0]  # step 0: the initial weights; refreshes at 3, 6
-    assert ("sleep", None) not in groups[SNAPSHOT].checkpoint_manager.calls
-    assert ("sleep", None) in groups["ll"].checkpoint_manager.calls
+    assert not any(call == "sleep" for call, _ in groups[SNAPSHOT].checkpoint_manager.calls)
+    assert ("sleep", 2) in groups["ll"].checkpoint_manager.calls
 
 
 def test_a_level_sleeps_only_when_the_steps_training_uses_its_devices():
