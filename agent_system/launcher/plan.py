@@ -42,6 +42,7 @@ from agent_system.launcher.memory_estimate import (
     trainable_parameters,
 )
 from agent_system.levels.policy import mini_batch_size
+from agent_system.methods.leak_reader import reader_on
 from agent_system.rewards.scoring import task_kind
 from agent_system.trainer.advantages import critic_levels
 from agent_system.trainer.schedule import update_steps
@@ -380,6 +381,10 @@ def refuse_small_mini_batches(config: DictConfig) -> None:
 # ------------------------------------------------------------------------------------------------------ the plan
 LEAK_CHECKS = ["the rules (leak.py, rules 1-8)", "value presence (value_presence.py)"]
 LEAK_JUDGE_CHECK = "the leak judge (mlmt.reward.leak_judge; the rules where it fails)"
+LEAK_READER_CHECK = (
+    "the reader test (the LL's reference model, training steps only: a gain >= {threshold:g} nats leaks, "
+    "train/leak_reader_rate)"
+)
 
 
 def leak_plan(config: DictConfig, train_sources: list[str] | None) -> LeakPlan:
@@ -415,6 +420,8 @@ def leak_plan(config: DictConfig, train_sources: list[str] | None) -> LeakPlan:
     judge = reward.leak_judge  # start-up refuses a half-set one (judge.trainer_leak_judge); never the key
     named = {"model": str(judge.model), "base_url": str(judge.base_url)} if hl and judge.model else {}
     checks = [*LEAK_CHECKS, *([LEAK_JUDGE_CHECK] if named else [])] if hl else []
+    if reader_on(config):  # mlmt.reward.leak_reader: auto where the LL has a reference (methods/leak_reader)
+        checks.append(LEAK_READER_CHECK.format(threshold=float(reward.leak_reader_threshold)))
     return LeakPlan(
         feedback=str(config.mlmt.feedback),
         checks=checks,

@@ -582,18 +582,34 @@ class LeakVerdicts:
     Attributes:
         leak: 1.0 leaks, 0.0 does not, NaN not applicable: the verdict the penalty and ``leak_rate`` read.
         rules: The rules' and value presence's verdict (:func:`check_feedbacks`), what ``leak`` falls back to.
-        judged: Where the leak judge's reply decided (bool), or None without a judge.
+        judge: The leak judge's verdict (1.0 / 0.0, NaN where it gave none or was not asked: the rules' stands), or
+            None without a judge.
+        reader_gain: The reader test's gain in nats (:mod:`agent_system.rewards.leak_reader`), NaN where not read,
+            or None without the reader.
+        reader: The reader's verdict (1.0 where the gain reached the threshold, 0.0 below, NaN not read), or None.
     """
 
     leak: np.ndarray
     rules: np.ndarray
-    judged: np.ndarray | None = None
+    judge: np.ndarray | None = None
+    reader_gain: np.ndarray | None = None
+    reader: np.ndarray | None = None
 
     def __post_init__(self) -> None:
-        for name in ("rules", "judged"):
+        for name in ("rules", "judge", "reader_gain", "reader"):
             value = getattr(self, name)
             if value is not None and value.shape != self.leak.shape:
                 raise ValueError(f"LeakVerdicts.{name} has shape {value.shape}, not leak's {self.leak.shape}")
+
+    @property
+    def judged(self) -> np.ndarray | None:
+        """Where the leak judge's reply decided (bool), or None without a judge."""
+        return None if self.judge is None else ~np.isnan(self.judge)
+
+    def reshape(self, shape: tuple[int, ...]) -> LeakVerdicts:
+        """The same verdicts with every array in ``shape``."""
+        arrays = {name: getattr(self, name) for name in ("leak", "rules", "judge", "reader_gain", "reader")}
+        return LeakVerdicts(**{name: None if a is None else a.reshape(shape) for name, a in arrays.items()})
 
 
 def judged_verdicts(
@@ -614,11 +630,11 @@ def judged_verdicts(
         text, row = feedbacks[index]
         problem = str((row.get("extra_info") or {}).get("question") or "")[-MAX_PROBLEM_CHARS:]
         questions.append((problem, str(row["reward_model"]["ground_truth"]), scanned_text(text or "")))
-    leak, judged = rules.copy(), np.zeros(rules.shape, dtype=bool)
+    said = np.full(rules.shape, np.nan)
     for index, verdict in zip(checked, judge_leaks(questions, judge), strict=True):
         if verdict is not None:
-            leak[index], judged[index] = float(verdict), True
-    fallbacks = len(checked) - int(judged.sum())
+            said[index] = float(verdict)
+    fallbacks = len(checked) - int((~np.isnan(said)).sum())
     if fallbacks:
         logger.warning(
             "leak judge %s at %s gave no verdict on %d of %d feedbacks: the rules' verdict stands for them",
@@ -627,7 +643,19 @@ def judged_verdicts(
             fallbacks,
             len(checked),
         )
-    return LeakVerdicts(leak=leak, rules=rules, judged=judged)
+    return LeakVerdicts(leak=np.where(np.isnan(said), rules, said), rules=rules, judge=said)
+
+
+def with_reader(verdicts: LeakVerdicts, gains: np.ndarray, reader: np.ndarray) -> LeakVerdicts:
+    """``verdicts`` with the reader test's joined in: a feedback leaks when it did before or the reader says so.
+
+    Args:
+        verdicts: The rules' (and the judge's) verdicts.
+        gains: The reader's gains in nats (same shape), NaN where not read.
+        reader: Its verdicts (:func:`agent_system.rewards.leak_reader.reader_verdicts`), NaN where not read.
+    """
+    joined = np.where(np.isnan(reader), verdicts.leak, np.fmax(verdicts.leak, reader))
+    return LeakVerdicts(joined, verdicts.rules, verdicts.judge, np.asarray(gains, dtype=np.float64), reader)
 
 
 def check_labelled(pool, items: Sequence[dict]) -> np.ndarray:
@@ -663,12 +691,7 @@ def leak_scores(problems: Sequence[dict], episodes, pool, judge: JudgeConfig | N
     ]
     if not pairs or any(text is None for text, _ in pairs):
         return None
-    verdicts = judged_verdicts(pairs, check_feedbacks(pool, pairs), judge)
-    return LeakVerdicts(
-        leak=verdicts.leak.reshape(shape),
-        rules=verdicts.rules.reshape(shape),
-        judged=None if verdicts.judged is None else verdicts.judged.reshape(shape),
-    )
+    return judged_verdicts(pairs, check_feedbacks(pool, pairs), judge).reshape(shape)
 
 
 def transition_names(first: np.ndarray, final: np.ndarray) -> np.ndarray:
@@ -700,22 +723,36 @@ def leak_rates(leak: np.ndarray, first: np.ndarray, final: np.ndarray) -> dict[s
     return metrics
 
 
+def check_metrics(verdicts: LeakVerdicts) -> dict[str, float]:
+    """What decided the verdicts beyond the rules: :func:`judge_metrics`, and with the reader test
+    ``leak_reader_rate`` (share of the feedbacks it read whose gain reached the threshold), ``leak_reader_gain_mean``
+    (their mean gain in nats) and ``leak_reader_read`` (their number)."""
+    metrics = judge_metrics(verdicts)
+    if verdicts.reader is not None:
+        read = ~np.isnan(np.ravel(verdicts.reader))
+        metrics["leak_reader_read"] = float(read.sum())
+        if read.any():
+            metrics["leak_reader_rate"] = float(np.ravel(verdicts.reader)[read].mean())
+            metrics["leak_reader_gain_mean"] = float(np.ravel(verdicts.reader_gain)[read].mean())
+    return metrics
+
+
 def judge_metrics(verdicts: LeakVerdicts) -> dict[str, float]:
     """With a leak judge: ``leak_judge_decided`` (feedbacks whose verdict is the judge's), ``leak_judge_fallbacks``
     (checked feedbacks it gave no verdict on: the rules' stands), ``leak_judge_added`` / ``leak_judge_cleared``
     (leaks it found that the rules did not / rule leaks it cleared) and ``leak_rate_rules`` (the rules' rate on the
     same feedbacks); {} without a judge or a checked feedback."""
-    if verdicts.judged is None:
+    if verdicts.judge is None:
         return {}
-    rules, leak = np.ravel(verdicts.rules), np.ravel(verdicts.leak)
-    judged, checked = np.ravel(verdicts.judged), ~np.isnan(rules)
+    rules, said = np.ravel(verdicts.rules), np.ravel(verdicts.judge)
+    judged, checked = ~np.isnan(said), ~np.isnan(rules)
     if not checked.any():
         return {}
     return {
         "leak_judge_decided": float(judged.sum()),
         "leak_judge_fallbacks": float((checked & ~judged).sum()),
-        "leak_judge_added": float((judged & (leak == 1.0) & (rules == 0.0)).sum()),
-        "leak_judge_cleared": float((judged & (leak == 0.0) & (rules == 1.0)).sum()),
+        "leak_judge_added": float(((said == 1.0) & (rules == 0.0)).sum()),
+        "leak_judge_cleared": float(((said == 0.0) & (rules == 1.0)).sum()),
         "leak_rate_rules": float(rules[checked].mean()),
     }
 

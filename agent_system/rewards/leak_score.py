@@ -1,6 +1,7 @@
 """Score the leak check on labelled feedbacks (docs/LEAK.md, "Auditing the check on your own feedbacks").
 
     python -m agent_system.rewards.leak --score FILE.jsonl [--workers N] [--timeout-s S]
+        [--reader MODEL [--reader-threshold NATS]]
 
 Each line of ``FILE.jsonl`` is one JSON object: ``problem`` (the problem text: the rules read what it asks, value
 presence what it writes), ``ground_truth`` (the gold answer as the dataset gives it), ``feedback`` and ``leak``
@@ -9,6 +10,12 @@ replies to) is optional, read and not used by the check. Empty lines are skipped
 trainer checks a math row's (:func:`agent_system.rewards.leak.check_labelled`: the rules and value presence, the
 candidates graded by a :class:`~agent_system.rewards.RewardPool`), and the command prints every disagreement, the
 recall, the false positives and a last line ``leak score: C/N right, FP false positives, FN misses``.
+
+``--reader MODEL`` adds the reader test (:mod:`agent_system.rewards.leak_reader`, docs/LEAK.md "The reader test") as
+the trainer joins it: a Hugging Face causal LM (a folder or a hub name in the local cache), run on the CPU, scores
+the gold as the immediate answer after the refine prompt (the math templates, the line's ``attempt`` or an empty one)
+with the feedback and with a neutral one; a feedback whose gain reaches ``--reader-threshold`` nats leaks too. The
+report then gives each feedback's gain among the disagreements and a line with the reader's count.
 
 A file it cannot read stops it with one line naming the file (and the line and field) on stderr, exit status 2.
 """
@@ -24,9 +31,12 @@ from pathlib import Path
 
 import numpy as np
 
+from agent_system.rewards.leak_reader import DEFAULT_THRESHOLD_NATS, hf_gains, reader_rows, reader_verdicts
+
 FIELDS = ("problem", "ground_truth", "feedback", "leak")
 SHOWN_CHARS = 160  # of a disagreeing feedback
 DEFAULT_WORKERS, DEFAULT_TIMEOUT_S = 2, 5.0  # the timeout: mlmt.reward.timeout_s's default
+READER_PROMPT_TOKENS = 4096  # the reader's prompt budget: data.max_prompt_length's default
 
 
 class LabelledFileError(ValueError):
@@ -142,7 +152,10 @@ def report(score: LabelledScore, path: str | Path) -> list[str]:
         lines.append("disagreements:")
     for item in score.disagreements:
         what = "missed leak" if item.missed else "false positive"
-        lines.append(f"  line {item.line}: {what} (gold {item.item['ground_truth']}): {_shown(item.item['feedback'])}")
+        gain = f", reader gain {item.item['reader_gain']:.2f}" if "reader_gain" in item.item else ""
+        lines.append(
+            f"  line {item.line}: {what} (gold {item.item['ground_truth']}{gain}): {_shown(item.item['feedback'])}"
+        )
     lines += [
         f"recall: {score.caught}/{score.leaks} leaks caught{_share(score.caught, score.leaks)}"
         if score.leaks
@@ -167,7 +180,14 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--score", metavar="FILE.jsonl", required=True, help="labelled feedbacks, one JSON a line")
-    parser.add_argument("--reader", metavar="MODEL", help="not built: the reader test of issue 44 (refused)")
+    parser.add_argument("--reader", metavar="MODEL", help="a causal LM for the reader test (the solver's model)")
+    parser.add_argument(
+        "--reader-threshold",
+        type=float,
+        default=DEFAULT_THRESHOLD_NATS,
+        metavar="NATS",
+        help="gain at which the reader flags a leak (mlmt.reward.leak_reader_threshold's default)",
+    )
     parser.add_argument("--workers", type=int, default=DEFAULT_WORKERS, help="grading worker processes")
     parser.add_argument("--timeout-s", type=float, default=DEFAULT_TIMEOUT_S, help="wall-clock limit per candidate")
     return parser
@@ -181,15 +201,13 @@ def main(argv: Sequence[str] | None, pool, check_labelled) -> int:
 
     parser = _parser()
     args = parser.parse_args(argv)
-    if args.reader is not None:
-        parser.error(
-            f"--reader {args.reader}: the reader test (what the solver can read, issue 44) is not built; "
-            "score without --reader"
-        )
     if args.workers < 1 or not args.timeout_s > 0:
         parser.error(f"--workers {args.workers} --timeout-s {args.timeout_s}: need at least 1 worker and a time > 0")
+    if not args.reader_threshold > 0:
+        parser.error(f"--reader-threshold {args.reader_threshold}: a gain in nats, must be > 0")
     try:
         lines = read_labelled(args.score)
+        reader = None if args.reader is None else _load_reader(args.reader)  # before any worker starts
     except LabelledFileError as error:
         sys.stderr.write(f"{parser.prog}: {error}\n")
         return 2
@@ -199,5 +217,52 @@ def main(argv: Sequence[str] | None, pool, check_labelled) -> int:
             verdicts = check_labelled(own_pool, items)
     else:
         verdicts = check_labelled(pool, items)
-    sys.stdout.write("\n".join(report(score_labelled(lines, verdicts), args.score)) + "\n")
+    extra = []
+    if reader is not None:
+        gains = _gains(reader, items)
+        flagged = reader_verdicts(gains, args.reader_threshold)
+        verdicts = np.fmax(verdicts, flagged)
+        extra = [
+            f"reader {args.reader}: {int(flagged.sum())}/{len(items)} feedbacks with a gain >= "
+            f"{args.reader_threshold:g} nats (mean gain {float(np.mean(gains)):.2f} nats)"
+        ]
+        for item, gain in zip(items, gains, strict=True):
+            item["reader_gain"] = float(gain)
+    page = report(score_labelled(lines, verdicts), args.score)
+    sys.stdout.write("\n".join([*page[:-3], *extra, *page[-3:]]) + "\n")
     return 0
+
+
+def _load_reader(name: str):
+    """(tokenizer, model) of ``--reader``, on the CPU in float32; a model it cannot load is a LabelledFileError."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(name)
+        model = AutoModelForCausalLM.from_pretrained(name, dtype=torch.float32).eval()
+    except (OSError, ValueError) as error:
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise LabelledFileError(f"--reader {name}: cannot load a causal language model ({first})") from None
+    return tokenizer, model
+
+
+def _gains(reader, items: list[dict]) -> np.ndarray:
+    """The reader's gain of each item's feedback (the math templates, the item's attempt or an empty one)."""
+    from agent_system.prompts.templates import PromptBuilder, Task
+
+    tokenizer, model = reader
+    prompts = PromptBuilder()
+    rows = [
+        reader_rows(
+            prompts,
+            Task(item["problem"], "math", item["ground_truth"]),
+            item.get("attempt", ""),
+            item["feedback"],
+            item["ground_truth"],
+            tokenizer,
+            READER_PROMPT_TOKENS,
+        )
+        for item in items
+    ]
+    return hf_gains(model, rows)

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from agent_system.levels.policy import PolicyGroup
     from agent_system.multi_turn_rollout.episode import EpisodeRunner
     from agent_system.trainer.advantages import LevelAdvantages
-    from agent_system.trainer.rows import LevelInputs, LevelRows, StepData
+    from agent_system.trainer.rows import LevelInputs, LevelRows, StepData, StepScores
 
 
 class Loop(Protocol):
@@ -46,7 +46,8 @@ class Loop(Protocol):
 class Extension:
     """Hooks a method adds to the loop; each does nothing unless overridden.
 
-    Before the workers start, ``check_data`` reads the training rows. Order within a step: ``level_inputs`` and
+    Before the workers start, ``check_data`` reads the training rows. Order within a step: ``after_scores`` once
+    the step is graded, then ``level_inputs`` and
     ``level_metrics`` while each level's batch is built (log-probs → the hook → advantages → metrics),
     ``before_updates`` once both batches exist, ``after_step`` after the updates. ``save`` /
     ``restore`` run with every checkpoint and on resume.
@@ -71,6 +72,11 @@ class Extension:
 
     def start(self, trainer: Loop) -> None:
         """Once, after the workers started and before the first step (start actors, load models)."""
+
+    def after_scores(self, trainer: Loop, problems: list[dict], episodes: list, scores: StepScores) -> StepScores:
+        """A training step's scores (graded, leaks checked) before its metrics and levels read them: return them
+        with the method's own verdicts joined in (a new :class:`StepScores`). Not called while validating."""
+        return scores
 
     def level_inputs(
         self, trainer: Loop, level: str, step: StepData, rows: LevelRows, batch: DataProto, inputs: LevelInputs

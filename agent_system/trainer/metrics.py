@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from agent_system.rewards.leak import judge_metrics, leak_rates
+from agent_system.rewards.leak import check_metrics, leak_rates
 from agent_system.trainer.rows import StepScores
 
 logger = logging.getLogger(__name__)
@@ -50,8 +50,8 @@ def episode_metrics(episodes, scores: StepScores, prefix: str) -> dict[str, floa
         )
         if scores.leak is not None:  # leak_rate, leak_rate_i2c, ...: feedbacks stating the answer
             metrics.update(leak_rates(scores.leak, first, final))
-        if scores.leak_check is not None:  # with a leak judge: what it decided, where the rules' verdict stood
-            metrics.update(judge_metrics(scores.leak_check))
+        if scores.leak_check is not None:  # the leak judge's and the reader test's share in the verdicts
+            metrics.update(check_metrics(scores.leak_check))
     metrics["final_acc"] = metrics.get("acc@t3", metrics["acc@t1"])  # the last answer's, whatever the turns
     if feedbacks:
         metrics["hl_feedback_length"] = float(np.mean([len(t.response_ids) for t in feedbacks]))
@@ -109,9 +109,14 @@ def trajectory_records(problems, episodes, scores: StepScores) -> list[dict]:
                     records[-1]["execution_result"] = attempt.execution
                 if scores.leak is not None and not np.isnan(scores.leak[episode.problem_index, j, k]):
                     records[-1]["leak"] = bool(scores.leak[episode.problem_index, j, k])  # feedback states y*
-                    if scores.leak_check is not None and scores.leak_check.judged is not None:
-                        judged = scores.leak_check.judged[episode.problem_index, j, k]
+                    check = scores.leak_check
+                    if check is not None and check.judged is not None:
+                        judged = check.judged[episode.problem_index, j, k]
                         records[-1]["leak_by"] = "judge" if judged else "rules"  # the leak judge answered, or not
+                    if check is not None and check.reader is not None:
+                        gain = check.reader_gain[episode.problem_index, j, k]
+                        if not np.isnan(gain):
+                            records[-1]["leak_reader_gain"] = float(gain)  # nats: log p(y*|g) − log p(y*|neutral)
                 r_ref = scores.r_ref_at(episode.problem_index, j, k)
                 if r_ref is not None:
                     records[-1]["R_ref"] = r_ref

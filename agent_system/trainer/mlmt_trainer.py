@@ -142,6 +142,8 @@ class MLMTTrainer:
             self.rollout_weights.sleep_for_training(active)  # only servers whose devices the training needs
             with _timer(timing, "reward"):
                 scores = self.score(problems, episodes, references)
+                for extension in self.extensions:  # a method's own verdicts on the step's turns
+                    scores = extension.after_scores(self, problems, episodes, scores)
             metrics = episode_metrics(episodes, scores, prefix="train")
             if references is not None:  # which weights generated R_ref (the LL's of the last refresh)
                 metrics.update(self.snapshot.generation_metrics(self.groups["ll"], self._probe("ll")))

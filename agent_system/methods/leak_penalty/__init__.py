@@ -38,6 +38,19 @@ def check_math_rows(frame, path, penalty: float) -> None:
     Raises:
         ConfigError: No training row is a math task; names ``mlmt.reward.leak_penalty``, the file and its sources.
     """
+    kinds = non_math_sources(frame)
+    if kinds:
+        raise ConfigError(
+            f"mlmt.reward.leak_penalty={penalty} with data.train_files={path}: its rows are "
+            f"{', '.join(f'{source} ({kind})' for source, kind in kinds.items())} tasks, whose feedbacks the leak "
+            "check does not read (it finds stated math answers only: docs/LEAK.md), so the penalty never acts; set "
+            "mlmt.reward.leak_penalty=0 or train on math rows"
+        )
+
+
+def non_math_sources(frame) -> dict[str, str]:
+    """``{data_source: task kind}`` of the training rows when none is a math task (whose feedbacks the leak checks
+    read), else {}; sources the graders do not know are left out (the data checks refuse them)."""
     from agent_system.rewards.scoring import task_kind
 
     kinds = {}
@@ -46,13 +59,7 @@ def check_math_rows(frame, path, penalty: float) -> None:
             kinds[source] = task_kind(source)
         except ValueError:
             continue
-    if kinds and "math" not in kinds.values():
-        raise ConfigError(
-            f"mlmt.reward.leak_penalty={penalty} with data.train_files={path}: its rows are "
-            f"{', '.join(f'{source} ({kind})' for source, kind in kinds.items())} tasks, whose feedbacks the leak "
-            "check does not read (it finds stated math answers only: docs/LEAK.md), so the penalty never acts; set "
-            "mlmt.reward.leak_penalty=0 or train on math rows"
-        )
+    return kinds if "math" not in kinds.values() else {}
 
 
 def config_errors(config, frozen: dict[str, str]) -> list[str]:

@@ -1,8 +1,8 @@
 """``python -m agent_system.rewards.leak --score FILE.jsonl`` (agent_system/rewards/leak_score.py, docs/LEAK.md,
 "Auditing the check on your own feedbacks"): the counts, the disagreements and the last line on a small file this test
 writes; a committed held-out set scores as its own test asserts; every input it cannot read is named in one line (no
-traceback); ``--reader`` is refused by name. Reading and refusing start no process (fast tier); scoring grades with
-the RewardPool (``external``)."""
+traceback); a reader threshold <= 0 is refused by name (the reader itself: test_leak_reader_on_cpu.py). Reading and
+refusing start no process (fast tier); scoring grades with the RewardPool (``external``)."""
 
 from __future__ import annotations
 
@@ -72,6 +72,9 @@ def test_counts_disagreements_and_the_last_line(pool, tmp_path, capsys):
     [
         ("heldout_3", 24, 0),  # test_leak_on_cpu.py's HELD_OUT["heldout_3"], summed over the kinds
         ("heldout_4", 26, 1),  # test_leak_on_cpu.py::test_agreement_on_heldout_4
+        # written without reading the rules (804c6a9), scored once with the check of ab71e63: 9 of 30 caught, 2 of 30
+        # near misses flagged (docs/LEAK.md); a floor against regressions, never a set to tune on
+        ("heldout_5", 9, 2),
     ],
 )
 def test_a_committed_held_out_set_scores_as_its_test_asserts(pool, tmp_path, capsys, name, least_caught, most_flagged):
@@ -155,7 +158,7 @@ def test_a_missing_file_a_folder_and_bytes_that_are_not_text(tmp_path, capsys):
 @pytest.mark.parametrize(
     ("argv", "says"),
     [
-        (["--score", "x.jsonl", "--reader", "Qwen/Qwen2.5-1.5B"], "--reader Qwen/Qwen2.5-1.5B: the reader test"),
+        (["--score", "x.jsonl", "--reader", "m", "--reader-threshold", "0"], "--reader-threshold 0.0: a gain"),
         ([], "the following arguments are required: --score"),
         (["--score", "x.jsonl", "--workers", "0"], "need at least 1 worker"),
     ],
@@ -165,8 +168,6 @@ def test_a_refused_option_is_named_in_one_line(capsys, argv, says):
         main(argv)
     err = capsys.readouterr().err
     assert stop.value.code == 2 and len(err.splitlines()) == 1 and says in err, err
-    if "--reader" in argv:
-        assert "is not built" in err
 
 
 def test_the_report_of_verdicts(tmp_path):
