@@ -452,9 +452,10 @@ def render_leak(leak: LeakPlan) -> list[str]:
     ]
     if leak.judge:
         lines.append(
-            f"- leak judge: `{leak.judge['model']}` at {leak.judge['base_url']} (mlmt.reward.leak_judge) decides each "
-            "verdict; the rules and value presence where it errs, times out or answers neither YES nor NO "
-            "(train/leak_judge_decided, leak_judge_fallbacks, leak_rate_rules)"
+            f"- leak judge: `{leak.judge['model']}` at {leak.judge['base_url']} (mlmt.reward.leak_judge) adds the "
+            "leaks it finds to those of the rules and value presence (its NO clears none; where it errs, times out or "
+            "answers neither YES nor NO, the rules' verdict alone) (train/leak_judge_decided, leak_judge_added, "
+            "leak_judge_disputed, leak_judge_fallbacks, leak_rate_rules)"
         )
     if leak.penalty <= 0:
         lines.append("- penalty: off (mlmt.reward.leak_penalty=0): leaks are measured, not in the HL's reward")

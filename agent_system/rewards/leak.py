@@ -582,8 +582,8 @@ class LeakVerdicts:
     Attributes:
         leak: 1.0 leaks, 0.0 does not, NaN not applicable: the verdict the penalty and ``leak_rate`` read.
         rules: The rules' and value presence's verdict (:func:`check_feedbacks`), what ``leak`` falls back to.
-        judge: The leak judge's verdict (1.0 / 0.0, NaN where it gave none or was not asked: the rules' stands), or
-            None without a judge.
+        judge: The leak judge's verdict (1.0 / 0.0, NaN where it gave none or was not asked), or None without a
+            judge; ``leak`` is its 1.0 or the rules' verdict.
         reader_gain: The reader test's gain in nats (:mod:`agent_system.rewards.leak_reader`), NaN where not read,
             or None without the reader.
         reader: The reader's verdict (1.0 where the gain reached the threshold, 0.0 below, NaN not read), or None.
@@ -603,7 +603,7 @@ class LeakVerdicts:
 
     @property
     def judged(self) -> np.ndarray | None:
-        """Where the leak judge's reply decided (bool), or None without a judge."""
+        """Where the leak judge answered (bool), or None without a judge."""
         return None if self.judge is None else ~np.isnan(self.judge)
 
     def reshape(self, shape: tuple[int, ...]) -> LeakVerdicts:
@@ -615,7 +615,9 @@ class LeakVerdicts:
 def judged_verdicts(
     feedbacks: Sequence[tuple[str, dict]], rules: np.ndarray, judge: JudgeConfig | None
 ) -> LeakVerdicts:
-    """The leak judge's verdict on each checked feedback (``rules`` not NaN), the rules' where it gives none.
+    """Each checked feedback (``rules`` not NaN) leaks when the rules say so or the leak judge does: the judge adds
+    leaks and never clears one, since the feedback it reads is the policy's text and may be written to talk it out of
+    a YES; the rules' verdict alone where it gives none.
 
     Args:
         feedbacks: ``(feedback text, dataset row)`` pairs, as :func:`check_feedbacks` reads them.
@@ -643,7 +645,7 @@ def judged_verdicts(
             fallbacks,
             len(checked),
         )
-    return LeakVerdicts(leak=np.where(np.isnan(said), rules, said), rules=rules, judge=said)
+    return LeakVerdicts(leak=np.where(np.isnan(said), rules, np.maximum(rules, said)), rules=rules, judge=said)
 
 
 def with_reader(verdicts: LeakVerdicts, gains: np.ndarray, reader: np.ndarray) -> LeakVerdicts:
@@ -738,10 +740,10 @@ def check_metrics(verdicts: LeakVerdicts) -> dict[str, float]:
 
 
 def judge_metrics(verdicts: LeakVerdicts) -> dict[str, float]:
-    """With a leak judge: ``leak_judge_decided`` (feedbacks whose verdict is the judge's), ``leak_judge_fallbacks``
-    (checked feedbacks it gave no verdict on: the rules' stands), ``leak_judge_added`` / ``leak_judge_cleared``
-    (leaks it found that the rules did not / rule leaks it cleared) and ``leak_rate_rules`` (the rules' rate on the
-    same feedbacks); {} without a judge or a checked feedback."""
+    """With a leak judge: ``leak_judge_decided`` (feedbacks it answered on), ``leak_judge_fallbacks`` (checked
+    feedbacks it gave no verdict on), ``leak_judge_added`` (leaks it found that the rules did not) /
+    ``leak_judge_disputed`` (rule leaks it called clean, which stay leaks) and ``leak_rate_rules`` (the rules' rate
+    on the same feedbacks); {} without a judge or a checked feedback."""
     if verdicts.judge is None:
         return {}
     rules, said = np.ravel(verdicts.rules), np.ravel(verdicts.judge)
@@ -752,7 +754,7 @@ def judge_metrics(verdicts: LeakVerdicts) -> dict[str, float]:
         "leak_judge_decided": float(judged.sum()),
         "leak_judge_fallbacks": float((checked & ~judged).sum()),
         "leak_judge_added": float(((said == 1.0) & (rules == 0.0)).sum()),
-        "leak_judge_cleared": float(((said == 0.0) & (rules == 1.0)).sum()),
+        "leak_judge_disputed": float(((said == 0.0) & (rules == 1.0)).sum()),
         "leak_rate_rules": float(rules[checked].mean()),
     }
 

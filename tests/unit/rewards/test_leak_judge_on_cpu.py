@@ -126,7 +126,7 @@ def test_a_failing_judge_leaves_the_rules_verdict(base_url, model):
         "leak_judge_decided": 0.0,
         "leak_judge_fallbacks": 2.0,  # the mbpp row is not checked, so not asked
         "leak_judge_added": 0.0,
-        "leak_judge_cleared": 0.0,
+        "leak_judge_disputed": 0.0,
         "leak_rate_rules": 0.5,
     }
 
@@ -137,24 +137,26 @@ def test_an_unreachable_judge_leaves_the_rules_verdict():
     np.testing.assert_array_equal(verdicts.leak, rules)
 
 
-def test_the_judges_verdict_is_the_leak_verdict_and_moves_the_penalty(base_url, pool):
+def test_the_judge_adds_leaks_to_the_penalty_and_clears_none(base_url, pool):
     """The rules flag "The answer is 24." only; the judge ``reads`` flags "Multiply the boxes by the box size." and
-    clears the rules' leak: the HL reward's penalty moves from the one row to the other."""
+    calls the rules' leak clean: the penalty falls on both rows (a NO clears no rule leak: the judge reads the
+    policy's text, which can be written to talk it out of a YES)."""
     without = leak.leak_scores(_problems(), _episodes(), pool)
     assert without.leak.tolist() == [[[0.0, 1.0], [0.0, 0.0]]] and without.judged is None
     judged = leak.leak_scores(_problems(), _episodes(), pool, JudgeConfig(base_url, "reads", timeout_s=5))
     assert judged.rules.tolist() == without.leak.tolist()
-    assert judged.leak.tolist() == [[[0.0, 0.0], [1.0, 0.0]]] and judged.judged.all()
+    assert judged.leak.tolist() == [[[0.0, 1.0], [1.0, 0.0]]] and judged.judged.all()
+    assert judged.judge.tolist() == [[[0.0, 0.0], [1.0, 0.0]]]
     penalties = {
         name: leak.hl_leak_penalty({"leak": verdicts.leak}, HL_ROWS, 0.5, None).tolist()
         for name, verdicts in (("rules", without), ("judge", judged))
     }
-    assert penalties == {"rules": [0.0, -0.5, 0.0, 0.0], "judge": [0.0, 0.0, -0.5, 0.0]}
+    assert penalties == {"rules": [0.0, -0.5, 0.0, 0.0], "judge": [0.0, -0.5, -0.5, 0.0]}
 
 
 def test_the_trainer_asks_its_leak_judge_and_logs_what_it_decided(base_url, pool):
-    """``MLMTTrainer.score`` with a leak judge: the step's leak verdicts are the judge's, the HL batch's reward has the
-    penalty on the judged row, and the metrics and trajectory records say the judge decided."""
+    """``MLMTTrainer.score`` with a leak judge: the step's leak verdicts are the rules' and the judge's, the HL batch's
+    reward has the penalty on both rows, and the metrics and trajectory records say what the judge answered."""
     config = compose_config(["mlmt.reward.leak_penalty=0.5"])
     trainer = object.__new__(MLMTTrainer)
     trainer.config, trainer.mlmt, trainer.reward_pool = config, config.mlmt, pool
@@ -162,13 +164,13 @@ def test_the_trainer_asks_its_leak_judge_and_logs_what_it_decided(base_url, pool
     tokenizer = types.SimpleNamespace(pad_token_id=0, eos_token_id=0)
     trainer.tokenizers = {"ll": tokenizer, "hl": tokenizer}
     scores = dataclasses.replace(trainer.score(_problems(), _episodes()), r1=R1, r3=R3)  # the solver's turns as if so
-    assert scores.leak.tolist() == [[[0.0, 0.0], [1.0, 0.0]]] and scores.leak_check.rules[0, 0, 1] == 1.0
+    assert scores.leak.tolist() == [[[0.0, 1.0], [1.0, 0.0]]] and scores.leak_check.rules[0, 0, 1] == 1.0
     metrics = episode_metrics(_episodes(), scores, prefix="train")
-    assert metrics["train/leak_rate"] == 0.25 and metrics["train/leak_rate_rules"] == 0.25
+    assert metrics["train/leak_rate"] == 0.5 and metrics["train/leak_rate_rules"] == 0.25
     assert (metrics["train/leak_judge_decided"], metrics["train/leak_judge_fallbacks"]) == (4.0, 0.0)
-    assert (metrics["train/leak_judge_added"], metrics["train/leak_judge_cleared"]) == (1.0, 1.0)
+    assert (metrics["train/leak_judge_added"], metrics["train/leak_judge_disputed"]) == (1.0, 1.0)
     records = trajectory_records(_problems(), _episodes(), scores)
-    assert [(r["leak"], r["leak_by"]) for r in records] == [(False, "judge"), (False, "judge"), (True, "judge"),
+    assert [(r["leak"], r["leak_by"]) for r in records] == [(False, "judge"), (True, "judge"), (True, "judge"),
                                                             (False, "judge")]  # fmt: skip
     result = adv.level_advantages(
         level="hl",
@@ -183,7 +185,7 @@ def test_the_trainer_asks_its_leak_judge_and_logs_what_it_decided(base_url, pool
             extra_reward=leak.hl_leak_penalty({"leak": scores.leak}, HL_ROWS, 0.5, None),
         ),
     )
-    np.testing.assert_allclose(np.asarray(result.task_rewards), [0.0, 1.0, 0.5, 0.0])  # R3 less 0.5 on row (1, 0)
+    np.testing.assert_allclose(np.asarray(result.task_rewards), [0.0, 0.5, 0.5, 0.0])  # R3 less 0.5 on both
 
 
 def test_the_config_names_the_judge_and_refuses_a_half_set_one(monkeypatch):
@@ -211,6 +213,6 @@ def test_the_run_plan_names_the_judge_and_never_its_key(monkeypatch):
     page = render_markdown(plan)
     assert plan.leak.judge == {"model": "qwen", "base_url": "http://h/v1"}
     assert "the leak judge (mlmt.reward.leak_judge; the rules where it fails)" in plan.leak.checks
-    assert "- leak judge: `qwen` at http://h/v1 (mlmt.reward.leak_judge) decides each verdict" in page
+    assert "- leak judge: `qwen` at http://h/v1 (mlmt.reward.leak_judge) adds the leaks it finds" in page
     assert "sk-never-shown" not in page and "sk-never-shown" not in json.dumps(plan.to_json())
     assert build_plan(compose_config(), 100, 8, ["math"] * 100).leak.judge == {}
