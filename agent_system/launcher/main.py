@@ -516,7 +516,7 @@ def build_trainer(config: DictConfig):
     leak_judge = trainer_leak_judge(config.mlmt.reward)  # mlmt.reward.leak_judge, the same way
     if leak_judge is not None:
         logger.info(
-            "leak judge: %s decides each leak verdict (the rules where it fails)",
+            "leak judge: %s adds the leaks it finds to the rules' (its NO clears none)",
             leak_judge.recorded(config.mlmt.reward.leak_judge.api_key_env),
         )
     train_frame, val_frame = _read_frame(config.data.train_files), _read_frame(config.data.val_files)

@@ -62,8 +62,8 @@ answer" is a program that passes hidden tests; no equivalence grader exists for 
 their feedbacks are not checked and not counted (the metrics cover math rows only; ``leak_checked`` says how many).
 
 With a **leak judge** (``mlmt.reward.leak_judge``, :func:`agent_system.rewards.judge.judge_leak`; docs/LEAK.md, "The
-leak judge") every checked feedback's verdict is the judge's YES / NO; where it fails (error, timeout, another reply)
-the verdict above stands (:func:`judged_verdicts`).
+leak judge") a checked feedback also leaks when the judge says YES; its NO clears none of the verdicts above, and
+where it fails (error, timeout, another reply) they stand alone (:func:`judged_verdicts`).
 
 Scored on labelled feedbacks of one's own: ``python -m agent_system.rewards.leak --score FILE.jsonl``
 (:mod:`agent_system.rewards.leak_score`, docs/LEAK.md, "Auditing the check on your own feedbacks").

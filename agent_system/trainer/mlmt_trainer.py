@@ -82,7 +82,7 @@ class MLMTTrainer:
         leak_judge: Any = None,
     ) -> None:
         self.config, self.mlmt = config, config.mlmt
-        self.leak_judge = leak_judge  # JudgeConfig of mlmt.reward.leak_judge: decides each leak verdict, or None
+        self.leak_judge = leak_judge  # JudgeConfig of mlmt.reward.leak_judge: adds the leaks it finds, or None
         self.snapshot = snapshot  # LaggedSnapshot: reference solver of the contrastive HL reward, or None
         self.extensions = list(extensions)
         self.groups, self.critics, self.tokenizers = groups, critics, tokenizers

@@ -32,8 +32,8 @@ class StepScores:
             (``contrastive_reference=lagged_snapshot``), or None.
         leak: (B, n, m) whether each feedback states the answer (1.0 / 0.0, NaN where the check does not apply;
             ``agent_system.rewards.leak``), or None without feedback turns.
-        leak_check: What decided each verdict of ``leak`` (its ``leak`` is that array; the rules' verdicts, where the
-            leak judge decided), or None.
+        leak_check: What each verdict of ``leak`` is made of (its ``leak`` is that array; the rules', the leak
+            judge's and the reader's verdicts), or None.
     """
 
     r1: np.ndarray
