@@ -4,11 +4,9 @@ killable workers, and a named judge (a real local HTTP server) that gets the pro
 from __future__ import annotations
 
 import argparse
-import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from chat_server import Request, chat_reply, chat_server
 
 from agent_system.eval.grading import LenientGrader, outcome
 from agent_system.eval.math500 import grade
@@ -62,29 +60,13 @@ def test_lenient_grader_kills_a_worker_stuck_on_a_response():
     assert results[1]["lenient"] is True  # the replacement worker grades the next pair
 
 
-class _Judge(BaseHTTPRequestHandler):
-    seen: list = []
-
-    def do_POST(self):  # noqa: N802 - http.server API
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        _Judge.seen.append(body["messages"][-1]["content"])
-        payload = json.dumps({"choices": [{"message": {"content": "YES"}}]}).encode()
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
-
-    def log_message(self, *args):
-        pass
+JUDGED: list[Request] = []
 
 
 @pytest.fixture(scope="module")
 def judge_url():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Judge)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
-    server.shutdown()
-    server.server_close()
+    with chat_server(lambda request: (200, chat_reply("YES")), JUDGED) as url:
+        yield url
 
 
 def _turn(text: str, truncated: bool = False) -> Turn:
@@ -115,13 +97,13 @@ def test_records_keep_answers_outcomes_lenient_and_the_judge_with_the_problem_te
     assert plain[1]["samples"][0]["outcome"] == ["correct", "truncated"]
     assert (plain[0]["subject"], plain[0]["level"], plain[0]["unique_id"]) == ("Algebra", "3", "test/Algebra/1.json")
 
-    asked = len(_Judge.seen)
+    asked = len(JUDGED)
     args.judge_config = JudgeConfig(judge_url, "judge", timeout_s=5)
     judged = grade(pool, lenient, rows, [0, 1], turns, args)
     assert judged[0]["samples"][0]["judge"] == ["yes", "not_asked"]  # only the rule-wrong answer that exists
     assert judged[0]["samples"][0]["correct"] == [False, False]  # the rule column is not changed by the judge
     assert judged[1]["samples"][0]["judge"] == ["not_asked", "not_asked"]
-    assert len(_Judge.seen) == asked + 1 and "What is 6 + 6?" in _Judge.seen[-1]  # the problem text, not ""
+    assert len(JUDGED) == asked + 1 and "What is 6 + 6?" in JUDGED[-1].user  # the problem text, not ""
 
 
 def test_records_keep_whether_each_feedback_states_the_answer(pool, lenient):

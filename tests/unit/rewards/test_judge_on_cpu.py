@@ -1,64 +1,37 @@
 """The optional LLM judge against a real local HTTP server (127.0.0.1, ephemeral port)."""
 
-import json
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from chat_server import SLOW_REPLY_S, Request, chat_reply, chat_server, failure
 
 from agent_system.rewards import RewardPool, compute_score
 from agent_system.rewards.judge import JudgeConfig, judge_equivalence
 
 pytestmark = pytest.mark.external  # a local HTTP judge server and reward pools
 
-# the "slow" model answers this late: far beyond every bound below, so a busy machine cannot blur the difference
-SLOW_REPLY_S = 30.0
+
+SEEN: list[Request] = []
 
 
-class _Handler(BaseHTTPRequestHandler):
+def _answer(request: Request) -> tuple[int, bytes]:
     """Replies according to the requested model name."""
-
-    seen: list = []
-
-    def do_POST(self):  # noqa: N802 - http.server API
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        _Handler.seen.append((self.path, self.headers.get("Authorization"), body))
-        model = body["model"]
-        if model == "slow":
-            time.sleep(SLOW_REPLY_S)
-        if model == "error":
-            self.send_response(500)
-            self.end_headers()
-            return
-        reply = {"yes": "YES", "no": "No.", "slow": "YES", "chatty": "Maybe, it depends"}.get(model, "YES")
-        payload = json.dumps({"choices": [{"message": {"content": reply}}]}).encode()
-        if model == "garbage":
-            payload = b"not json"
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
-
-    def log_message(self, *args):
-        pass
+    model = request.model
+    if (failed := failure(request)) is not None:
+        return failed
+    return 200, chat_reply({"yes": "YES", "no": "No.", "slow": "YES", "chatty": "Maybe, it depends"}.get(model, "YES"))
 
 
 @pytest.fixture(scope="module")
 def base_url():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
-    server.shutdown()
-    server.server_close()
+    with chat_server(_answer, SEEN) as url:
+        yield url
 
 
 def test_yes_no_and_request_format(base_url):
     config = JudgeConfig(base_url, "yes", api_key="sk-test", timeout_s=2)
     assert judge_equivalence("What is 1/2?", "\\frac{1}{2}", "one half", config) is True
-    path, auth, body = _Handler.seen[-1]
+    path, auth, body = SEEN[-1].path, SEEN[-1].auth, SEEN[-1].body
     assert path == "/v1/chat/completions" and auth == "Bearer sk-test"
     assert body["messages"][-1]["role"] == "user" and "one half" in body["messages"][-1]["content"]
     assert judge_equivalence("", "1", "2", JudgeConfig(base_url, "no", timeout_s=2)) is False
@@ -77,13 +50,13 @@ def test_unreachable_endpoint_returns_none():
 
 
 def test_compute_score_uses_judge_only_after_a_negative_rule_verdict(base_url):
-    calls = len(_Handler.seen)
+    calls = len(SEEN)
     judge = JudgeConfig(base_url, "yes", timeout_s=2)
     assert compute_score("math", "\\boxed{2}", "2", judge=judge)["acc"] is True
-    assert len(_Handler.seen) == calls  # rule said yes: no request
+    assert len(SEEN) == calls  # rule said yes: no request
     question = {"question": "Write one half."}
     assert compute_score("math", "\\boxed{one half}", "\\frac{1}{2}", question, judge=judge)["acc"] is True
-    assert len(_Handler.seen) == calls + 1 and "Write one half." in _Handler.seen[-1][2]["messages"][-1]["content"]
+    assert len(SEEN) == calls + 1 and "Write one half." in SEEN[-1].user
     fallback = compute_score("math", "\\boxed{one half}", "\\frac{1}{2}", judge=JudgeConfig(base_url, "error"))
     assert fallback["acc"] is False and "rule verdict kept" in fallback["error"]
 
@@ -92,9 +65,9 @@ def test_the_environment_never_switches_the_judge_on(base_url, monkeypatch):
     """Only a JudgeConfig passed in (built from a run's recorded settings) asks a judge; the former variables don't."""
     monkeypatch.setenv("MLMT_JUDGE_BASE_URL", base_url)
     monkeypatch.setenv("MLMT_JUDGE_MODEL", "yes")
-    calls = len(_Handler.seen)
+    calls = len(SEEN)
     assert compute_score("math", "\\boxed{one half}", "\\frac{1}{2}")["acc"] is False
-    assert len(_Handler.seen) == calls
+    assert len(SEEN) == calls
     names = {"model": "judge.model", "base_url": "judge.base_url", "timeout_s": "judge.timeout_s"}
     with pytest.raises(ValueError, match="MLMT_JUDGE_BASE_URL and MLMT_JUDGE_MODEL set in the environment"):
         JudgeConfig.from_settings(None, None, "MLMT_JUDGE_API_KEY", 10.0, names)
