@@ -53,31 +53,35 @@ class LeakReader(Extension):
 
 def feedback_gains(trainer, problems: list[dict], episodes: list) -> np.ndarray:
     """(B, n, m) gain in nats of each feedback under the LL's reference model, NaN on rows the leak check does not
-    read (code and YAML tasks). All rows, with feedback and neutral, go in one ``compute_ref_log_prob``."""
+    read (code and YAML tasks). Every feedback row and one neutral row per attempt (the neutral prompt does not depend
+    on the feedback, so the m feedbacks on an attempt share it) go in one ``compute_ref_log_prob``."""
     from agent_system.trainer.packing import build_rows, padding_id
 
     tokenizer, prompts = trainer.tokenizers["ll"], trainer.runner.prompts
     budget = trainer.config.data.max_prompt_length
     shape = (len(episodes), len(episodes[0].attempts), len(episodes[0].attempts[0].refinements))
-    gains, cells, rows = np.full(shape, np.nan), [], []
+    gains, cells, rows, neutral_of, neutrals = np.full(shape, np.nan), [], [], [], []
     for i, (row, episode) in enumerate(zip(problems, episodes, strict=True)):
         if not leak.applies_to(row["data_source"]):
             continue
         gold = str(row["reward_model"]["ground_truth"])
         for j, attempt in enumerate(episode.attempts):
             for k, refinement in enumerate(attempt.refinements):
-                cells.append((i, j, k))
                 text = refinement.feedback.text
                 rows.append(reader_rows(prompts, episode.task, attempt.attempt.text, text, gold, tokenizer, budget))
+                if k == 0:
+                    neutrals.append(rows[-1])
+                cells.append((i, j, k))
+                neutral_of.append(len(neutrals) - 1)
     if not rows:
         return gains
-    answers = [r.answer for r in rows]
-    prompts_ids = [r.with_feedback for r in rows] + [r.neutral for r in rows]
-    batch = build_rows(prompts_ids, answers + answers, padding_id(tokenizer))
-    log_probs = trainer.groups["ll"].compute_ref_log_prob(batch)  # (2N, R)
-    sums = (log_probs * batch.batch["response_mask"].float()).sum(-1).numpy()  # (2N,)
-    for cell, gain in zip(cells, sums[: len(rows)] - sums[len(rows) :], strict=True):
-        gains[cell] = gain
+    scored = [(r.with_feedback, r.answer) for r in rows] + [(r.neutral, r.answer) for r in neutrals]
+    batch = build_rows([p for p, _ in scored], [a for _, a in scored], padding_id(tokenizer))
+    log_probs = trainer.groups["ll"].compute_ref_log_prob(batch)  # (N + attempts, R)
+    sums = (log_probs * batch.batch["response_mask"].float()).sum(-1).numpy()
+    with_feedback, neutral = sums[: len(rows)], sums[len(rows) :]
+    for cell, own, index in zip(cells, with_feedback, neutral_of, strict=True):
+        gains[cell] = own - neutral[index]
     return gains
 
 
