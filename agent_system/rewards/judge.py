@@ -8,8 +8,9 @@ nothing on; a run that finds them set stops at start-up (:func:`reject_judge_env
 
 The grading judge (:func:`judge_equivalence`) is consulted only when the rule-based verdict is negative. The leak
 judge (:func:`judge_leak`, the trainer's ``mlmt.reward.leak_judge``, the same four settings; docs/LEAK.md, "The leak
-judge") is asked whether a feedback gives the gold answer away, and its YES / NO is the verdict. For both, any HTTP
-error, timeout or unreadable reply returns None and the caller keeps the rule verdict.
+judge") is asked whether a feedback gives the gold answer away; its YES adds a leak to the rules' verdict, its NO
+clears none (:func:`agent_system.rewards.leak.judged_verdicts`). For both, any HTTP error, timeout or unreadable reply
+returns None and the caller keeps the rule verdict.
 """
 
 from __future__ import annotations
