@@ -2,7 +2,8 @@
 the in-worker adapter that pushes the actor's weights to them.
 
 Selected with ``actor_rollout_ref.rollout.name=hf`` (registered by :mod:`agent_system.verl_plugin`). One replica
-per actor rank (``tensor_model_parallel_size`` must be 1): each rank's adapter drains the FSDP full-state generator
+per actor rank (``tensor_model_parallel_size`` must be 1), on that rank's device (its GPU where Ray gave the rank one,
+else the CPU: :func:`server_options`): each rank's adapter drains the FSDP full-state generator
 (a collective, so every rank takes part) and sends the full state dict to its own server. verl's
 ``CheckpointEngineManager(backend="naive")`` drives this through ``ActorRolloutRefWorker.update_weights``.
 
@@ -29,6 +30,20 @@ def server_name(rollout_config: Any, worker_actor_id: str) -> str:
     """Ray actor name of the hf server serving the worker with this actor id."""
     tag = (getattr(rollout_config, "custom", None) or {}).get("server_tag", "")
     return f"mlmt_hf_server_{tag}_{worker_actor_id}"
+
+
+# Ray clears CUDA_VISIBLE_DEVICES in an actor that asks for no GPU; the server asks for none (its worker holds the GPU)
+# and sets the worker's devices itself, as verl's vLLM server does
+_RAY_KEEP_CUDA_DEVICES = "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"
+
+
+def server_options(gpu_ids: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The Ray options and the extra init arguments of the hf server of a worker that Ray gave ``gpu_ids`` (its
+    ``get_accelerator_ids()["GPU"]``): with GPUs, the server generates on them (``cuda_visible_devices``); without,
+    on the CPU, in Ray's default worker environment."""
+    if not gpu_ids:
+        return {}, {}
+    return {"runtime_env": {"env_vars": {_RAY_KEEP_CUDA_DEVICES: "1"}}}, {"cuda_visible_devices": ",".join(gpu_ids)}
 
 
 def _check_world_size(config: Any) -> None:
@@ -69,10 +84,15 @@ class HFRolloutReplica(RolloutReplica):
     async def launch_servers(self) -> None:
         _check_world_size(self.config)
         worker = self.workers[0]
-        node_id, actor_id = await worker.__ray_call__.remote(
-            lambda self: (ray.get_runtime_context().get_node_id(), ray.get_runtime_context().get_actor_id())
+        node_id, actor_id, gpu_ids = await worker.__ray_call__.remote(
+            lambda self: (
+                ray.get_runtime_context().get_node_id(),
+                ray.get_runtime_context().get_actor_id(),
+                list(ray.get_runtime_context().get_accelerator_ids().get("GPU", [])),
+            )
         )
         name = server_name(self.config, actor_id)
+        device_options, device_args = server_options(gpu_ids)
         server = (
             ray.remote(HFRolloutServer)
             .options(
@@ -80,8 +100,9 @@ class HFRolloutReplica(RolloutReplica):
                 num_cpus=0,
                 max_concurrency=self.max_concurrency,
                 scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node_id, soft=False),
+                **device_options,
             )
-            .remote(**_server_init_args(self.config, self.model_config, self.replica_rank))
+            .remote(**_server_init_args(self.config, self.model_config, self.replica_rank), **device_args)
         )
         await server.get_stats.remote()  # surfaces model-loading errors here, not at the first generate
         self.servers = [server]

@@ -34,6 +34,14 @@ from transformers.generation.logits_process import TopKLogitsWarper, TopPLogitsW
 
 logger = logging.getLogger(__name__)
 
+
+def server_device(cuda_visible_devices: str) -> torch.device:
+    """Where the server loads its model and generates: ``cuda:0`` of ``cuda_visible_devices`` (the GPU ids Ray gave
+    the actor worker it serves, which :meth:`HFRolloutServer.__init__` makes its process's visible devices), the CPU
+    when it is empty (a worker on the CPU backend)."""
+    return torch.device("cuda", 0) if cuda_visible_devices else torch.device("cpu")
+
+
 _DTYPES = {
     "float32": torch.float32,
     "fp32": torch.float32,
@@ -109,14 +117,18 @@ class HFRolloutServer:
         options: dict[str, Any] | None = None,
         seed: int = 0,
         free_weights_on_sleep: bool = False,
+        cuda_visible_devices: str = "",
     ) -> None:
+        if cuda_visible_devices:  # before the first CUDA call: Ray left the variable alone (RAY_EXPERIMENTAL_NOSET_...)
+            os.environ["CUDA_VISIBLE_DEVICES"] = cuda_visible_devices
+        self.device = server_device(cuda_visible_devices)
+        self.dtype = _DTYPES.get(dtype, torch.float32)
         self.options = HFServerOptions(**(options or {}))
         if self.options.num_threads > 0:
             torch.set_num_threads(self.options.num_threads)
         torch.manual_seed(seed)
-        self.model = AutoModelForCausalLM.from_pretrained(
-            model_path, dtype=_DTYPES.get(dtype, torch.float32), attn_implementation="sdpa"
-        )
+        self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=self.dtype, attn_implementation="sdpa")
+        self.model.to(self.device)
         self.model.eval()
         self.eos_token_ids = eos_token_ids
         self.pad_token_id = pad_token_id
@@ -131,7 +143,7 @@ class HFRolloutServer:
         self._lock: asyncio.Lock | None = None
         self._loop_task: asyncio.Task | None = None
         self.stats = {"batches": 0, "requests": 0, "generated_tokens": 0, "generate_seconds": 0.0, "sleeps": 0}
-        logger.info("hf rollout server ready: %s (%s), pid %d", model_path, dtype, os.getpid())
+        logger.info("hf rollout server ready: %s (%s on %s), pid %d", model_path, dtype, self.device, os.getpid())
 
     # ---------------------------------------------------------------- protocol: generation
     async def generate(
@@ -225,13 +237,13 @@ class HFRolloutServer:
             return_dict_in_generate=True,
         )
         output = self.model.generate(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
+            input_ids=input_ids.to(self.device),
+            attention_mask=attention_mask.to(self.device),
             generation_config=generation_config,
             logits_processor=processors,
         )
-        generated = output.sequences[:, width:]  # (B, T_gen)
-        log_probs = recorder.finish(output.sequences)  # (B, T_gen)
+        generated = output.sequences[:, width:].cpu()  # (B, T_gen)
+        log_probs = recorder.finish(output.sequences).cpu()  # (B, T_gen)
         results = []
         eos = set(self.eos_token_ids)
         for i, request in enumerate(batch):
@@ -251,6 +263,11 @@ class HFRolloutServer:
         """Load a full (HF-named) state dict into the served model; waits for the running batch to finish."""
         self._ensure_loop()
         async with self._lock:
+            if self.weights_freed:  # assigned as they come: put them where and as the server generates
+                state_dict = {
+                    name: tensor.to(self.device, self.dtype if tensor.is_floating_point() else tensor.dtype)
+                    for name, tensor in state_dict.items()
+                }
             missing, unexpected = self.model.load_state_dict(state_dict, strict=False, assign=self.weights_freed)
             if self.weights_freed:
                 self.model.tie_weights()
@@ -288,6 +305,8 @@ class HFRolloutServer:
                     for name, param in list(module.named_parameters(recurse=False)):
                         module.register_parameter(name, torch.nn.Parameter(param.to("meta"), requires_grad=False))
                 self.weights_freed = True
+                if self.device.type == "cuda":
+                    torch.cuda.empty_cache()  # give the freed weights back to the device, for the actor's turn
             self.asleep = True
             self.stats["sleeps"] += 1
 
