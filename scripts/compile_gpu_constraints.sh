@@ -38,3 +38,21 @@ compile() {  # compile OUTPUT REQUIREMENT... [-- UV_ARGS...]
 uv_args=("$@")
 compile requirements/constraints-gpu.txt "verl[vllm]==0.9.1"
 compile requirements/constraints-gpu-torch213.txt "verl[verl-core]==0.9.1" "vllm==0.27.1"
+
+# The bundle's set (scripts/gpu_bundle.py, `gpu_check.sh --bundle`): what phase A needs on an image that has torch,
+# the project's own requirements (verl 0.9.1 without extras) and setuptools/wheel for its editable build, at the pins of
+# constraints-gpu.txt, less torch and what only torch needs (CUDA libraries, triton): the image brings those.
+bundle=requirements/bundle-phase-a.txt
+{
+  echo "verl==0.9.1"
+  grep -vE '^\s*(#|$)|^verl|^pytest|^ruff' requirements.txt
+  printf '%s\n' setuptools wheel
+} > "$input"
+"$UV" pip compile "$input" -c requirements/constraints-gpu.txt --universal --python-version 3.10 --no-config \
+  --no-python-downloads --no-header --no-annotate --quiet -o "$bundle.tmp" "${uv_args[@]}"
+{
+  echo "# phase A of the GPU check from a bundle (scripts/gpu_bundle.py): written by scripts/compile_gpu_constraints.sh"
+  grep -vE '^(torch|torchvision|torchaudio)==|^(triton|nvidia-|cuda-)' "$bundle.tmp"
+} > "$bundle"
+rm -f "$bundle.tmp"
+echo "wrote $bundle ($(grep -c '==' "$bundle") pins)"

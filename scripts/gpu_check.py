@@ -242,7 +242,9 @@ def run_checks(out: Path, gpus: int, max_gap: float, slack_gib: float, max_resum
             checks += check_pushes(run, metrics, plan)
             checks += check_idle_levels(run, metrics, plan, PLACEMENT[run], max_gap)
             checks += check_logprob_gap(run, metrics, max_gap)
-        if (folder / "memory.csv").is_file():
+        if gpus == 0:  # gpu_check.sh --cpu: the rehearsal samples no memory
+            checks.append(Check(f"{run}: peak GPU memory vs. the run plan's estimate", None, "no GPU (--cpu)"))
+        elif (folder / "memory.csv").is_file():
             checks.append(check_memory(run, peak_mib(folder / "memory.csv"), plan, slack_gib))
         if run == "resume":
             checkpoint = json.loads((out / "colocated" / "run_plan.json").read_text())["checkpoint_steps"][-1]
@@ -258,7 +260,7 @@ def _number(value: float | None) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("out", type=Path, help="the folder scripts/gpu_check.sh wrote")
-    parser.add_argument("--gpus", type=int, required=True, help="GPUs on the node")
+    parser.add_argument("--gpus", type=int, required=True, help="GPUs on the node (0: gpu_check.sh --cpu)")
     parser.add_argument("--max-logprob-gap", type=float, default=0.05, help="mean |rollout - actor| per token")
     parser.add_argument("--memory-slack-gib", type=float, default=8.0, help="allowed above the run plan's estimate")
     parser.add_argument("--max-resume-gap", type=float, default=0.05, help="restored vs saved probe log-probs")

@@ -4,7 +4,10 @@
 # SKIP or TIMEOUT (scripts/gpu_check.py; docs/GPU_RUN.md). Never run on a GPU by the project.
 #
 #   bash scripts/gpu_check.sh [--python PY] [--venv DIR] [--wheelhouse DIR] [--skip-install] [--out DIR]
-#                             [--gpu INDEX] [--run-timeout S] [--grace S] [--smoke] [--dry-run] [--help]
+#                             [--gpu INDEX] [--run-timeout S] [--grace S] [--rollout vllm|hf] [--cpu] [--smoke]
+#                             [--dry-run] [--help]
+#   bash scripts/gpu_check.sh --bundle DIR [--bundle-python 3.11]          # here, with PyPI: build the bundle
+#   bash DIR/gpu_check.sh --from-bundle DIR [--work W] [--python PY] ...   # there: phase A from it (see below)
 #
 #   --python PY       the interpreter that creates the venv (default $PYTHON, else python3); it must be Python
 #                     3.10-3.12 (verl 0.9.1's GPU stack), checked before the venv is made: another stops the script
@@ -25,6 +28,19 @@
 #                     S + grace seconds, the two runs within 10 minutes by default. A run that reached its limit is
 #                     reported as "TIMEOUT ... timed out at step N", not as a failure; the resume is then not run
 #                     (a SKIP naming the step) and the check exits 75
+#   --rollout NAME    the servers the runs generate with: vllm (default; phase B, vLLM 0.24.0 with sleep mode) or hf
+#                     (phase A: the project's Hugging Face generate() server, on the level's GPU; no vLLM needed)
+#   --cpu             rehearse on a machine without a GPU: no nvidia-smi, no memory samples (that check is a SKIP),
+#                     the CPU overlay's float32 instead of bfloat16
+#   --bundle DIR      build, here (PyPI reachable), a bundle for an air-gapped image that has torch >= 2.11 but no verl,
+#                     Ray or vLLM: the project and the wheels of requirements/bundle-phase-a.txt for --bundle-python
+#                     (default this machine's) on manylinux x86_64, as one tar cut into parts of at most 64 MiB, with
+#                     MANIFEST.json (sha256 of each part), SHA256SUMS, and copies of this script and gpu_bundle.py;
+#                     prints each file's size (scripts/gpu_bundle.py)
+#   --from-bundle DIR there: check every part (one line for a missing or damaged one), unpack into --work W (default
+#                     ./mlmt-gpu-check, new or empty), check --python's torch (the image's; >= 2.11), make W/repo/.venv
+#                     with --system-site-packages, install the wheels offline (pip --no-index), then run phase A
+#                     (--rollout hf) from W/repo with the options given after it (--gpu, --run-timeout, --cpu, ...)
 #   --smoke           then run the GPU smoke scenarios too (pytest -m gpu tests/gpu, about 25 minutes; installs pytest,
 #                     which the wheelhouse must then hold); each appends a JSON line to OUT/smoke.jsonl
 #   --dry-run         print every command (install and checks) without running any
@@ -38,6 +54,7 @@
 #              and a checkpoint at step 2;
 #   resume     the same run resumed from that checkpoint for a third step;
 #   split      two GPUs, one level each: skipped, with the reason, on a node with one GPU.
+# On a GPU, actors, references, the critic and the servers run in bfloat16 (set, not left to verl's defaults).
 set -euo pipefail
 SELF=$(realpath "$0")
 cd "$(dirname "$0")/.."
@@ -53,9 +70,26 @@ RUN_TIMEOUT=240
 GRACE=60
 PYTHON=${PYTHON:-python3}
 CONSTRAINTS=requirements/constraints-gpu.txt
+ROLLOUT=vllm
+CPU=0
+BUNDLE=""
+FROM_BUNDLE=""
+BUNDLE_PYTHON=""
+WORK=$(realpath -m mlmt-gpu-check)  # --from-bundle's folder: relative to where the command is typed
+PASS_ON=()  # --from-bundle: the options the unpacked gpu_check.sh gets
 
 while [ $# -gt 0 ]; do
   case $1 in
+    --gpu | --run-timeout | --grace | --out) PASS_ON+=("$1" "$2") ;;&
+    --cpu | --smoke | --dry-run) PASS_ON+=("$1") ;;&
+    --bundle) BUNDLE=$(realpath -m "$2"); shift 2 ;;
+    --bundle-python) BUNDLE_PYTHON=$2; shift 2 ;;
+    --from-bundle) FROM_BUNDLE=$(realpath -m "$2"); shift 2 ;;
+    --work) WORK=$(realpath -m "$2"); shift 2 ;;
+    --rollout)
+      case $2 in vllm | hf) ROLLOUT=$2 ;; *) echo "gpu_check.sh: --rollout $2: vllm or hf" >&2; exit 2 ;; esac
+      shift 2 ;;
+    --cpu) CPU=1; shift ;;
     --venv) VENV=$(realpath -m "$2"); shift 2 ;;
     --wheelhouse) WHEELHOUSE=$(realpath -m "$2"); shift 2 ;;
     --skip-install) SKIP_INSTALL=1; shift ;;
@@ -77,6 +111,25 @@ run() {
   printf '+'; printf ' %q' "$@"; printf '\n'
   [ "$DRY_RUN" = 1 ] || "$@"
 }
+
+# -------------------------------------------------------------------------------------------- bundle (here / there)
+HERE=$(dirname "$SELF")  # scripts/ of the repository, or the bundle's folder: gpu_bundle.py is beside this script
+if [ -n "$BUNDLE" ]; then
+  run "$PYTHON" "$HERE/gpu_bundle.py" build "$BUNDLE" ${BUNDLE_PYTHON:+--python-version "$BUNDLE_PYTHON"}
+  exit 0
+fi
+if [ -n "$FROM_BUNDLE" ]; then
+  run "$PYTHON" "$HERE/gpu_bundle.py" unpack "$FROM_BUNDLE" "$WORK"
+  # the image's torch checked, then a venv that sees it; the wheels installed offline under the bundle's own pins
+  # (--isolated: no pip configuration or PIP_* variable of the node adds an index or a folder)
+  run "$PYTHON" "$HERE/gpu_bundle.py" venv "$PYTHON" "$WORK/repo/.venv" --manifest "$FROM_BUNDLE/MANIFEST.json"
+  run "$WORK/repo/.venv/bin/python" -m pip install --isolated --disable-pip-version-check --no-index \
+    --find-links "$WORK/wheels" -c "$WORK/wheels/pins.txt" -e "$WORK/repo"
+  out=()
+  printf '%s\n' "${PASS_ON[@]}" | grep -qx -- --out || out=(--out "$WORK/gpu_check_out")
+  run bash "$WORK/repo/scripts/gpu_check.sh" --skip-install --rollout hf "${out[@]}" "${PASS_ON[@]}"
+  exit 0
+fi
 
 # ------------------------------------------------------------------------------------------------------- install
 if [ "$SKIP_INSTALL" = 0 ] && [ -f "$VENV/.mlmt-install-stamp" ]; then  # scripts/install.sh's stamp
@@ -117,7 +170,9 @@ elif [ "$DRY_RUN" = 0 ] && [ ! -x "$PY" ]; then
 fi
 
 # --------------------------------------------------------------------------------------------------------- runs
-if [ "$DRY_RUN" = 1 ]; then
+if [ "$CPU" = 1 ]; then
+  GPUS=0  # the rehearsal: the levels' devices are the CPU backend's Ray slots
+elif [ "$DRY_RUN" = 1 ]; then
   GPUS=1
   echo "# dry run: the number of GPUs is read with nvidia-smi -L; shown for one GPU"
 else
@@ -132,12 +187,27 @@ run "$PY" -m agent_system.models.tiny --out "$OUT/models/hl" --seed 1 --vocab-si
 
 COMMON=(
   "actor_rollout_ref.model.path=$OUT/models/ll" "hl.model.path=$OUT/models/hl"
-  actor_rollout_ref.rollout.name=vllm hl.rollout.name=vllm
-  # vLLM sleep mode (verl 0.9.1: free_cache_engine, its default on GPU), set so the check does not rest on a default
+  "actor_rollout_ref.rollout.name=$ROLLOUT" "hl.rollout.name=$ROLLOUT"
+  # sleep mode (verl 0.9.1: free_cache_engine, its default on GPU), set so the check does not rest on a default; the
+  # hf server sleeps the same way (agent_system/cpu_backend/hf_server.py)
   actor_rollout_ref.rollout.free_cache_engine=true hl.rollout.free_cache_engine=true
+)
+if [ "$ROLLOUT" = vllm ]; then
   # tiny models need little KV cache: the run plan's estimate is then the models plus these bytes, a tight bound
-  actor_rollout_ref.rollout.engine_kwargs.vllm.kv_cache_memory_bytes=268435456
-  hl.rollout.engine_kwargs.vllm.kv_cache_memory_bytes=268435456
+  COMMON+=(actor_rollout_ref.rollout.engine_kwargs.vllm.kv_cache_memory_bytes=268435456
+    hl.rollout.engine_kwargs.vllm.kv_cache_memory_bytes=268435456)
+fi
+if [ "$CPU" = 0 ]; then
+  # bfloat16 everywhere on the GPU (verl's GPU defaults, set so the check does not rest on them); --cpu keeps the CPU
+  # overlay's float32
+  for level in actor_rollout_ref hl; do
+    COMMON+=("$level.rollout.dtype=bfloat16")
+    for part in actor ref; do
+      COMMON+=("$level.$part.fsdp_config.dtype=bfloat16" "$level.$part.fsdp_config.mixed_precision.param_dtype=bf16")
+    done
+  done
+fi
+COMMON+=(
   mlmt.ll.adv_estimator=gae "mlmt.stages.beta_turn1=[0.01]" "mlmt.stages.beta_turn3=[0.01]"
   # one level per step (LL, HL, LL): the other, idle, keeps its weights through its sleep (checked at the HL's step 2)
   mlmt.schedule.tH=1 mlmt.schedule.tL=2
@@ -158,14 +228,21 @@ train_run() {
   local sample=(nvidia-smi -i "$devices" --query-gpu=memory.used --format=csv,noheader,nounits -lms 500)
   local train=(env CUDA_VISIBLE_DEVICES="$devices" VERL_FILE_LOGGER_PATH="$folder/metrics.jsonl" HYDRA_FULL_ERROR=1
     timeout -k "$GRACE" "$RUN_TIMEOUT" "$PY" -m verl.trainer.main_mlmt "trainer.default_local_dir=$run_dir" "$@")
+  if [ "$CPU" = 1 ]; then  # no GPU to sample or to make visible
+    sample=()
+    train=(env "${train[@]:2}")
+  fi
   run mkdir -p "$folder"
-  printf '+'; printf ' %q' "${sample[@]}"; printf ' > %q &\n' "$folder/memory.csv"
+  [ "${#sample[@]}" = 0 ] || { printf '+'; printf ' %q' "${sample[@]}"; printf ' > %q &\n' "$folder/memory.csv"; }
   printf '+'; printf ' %q' "${train[@]}"; printf ' > %q 2>&1\n' "$folder/console.log"
   [ "$DRY_RUN" = 0 ] || return 0
-  "${sample[@]}" > "$folder/memory.csv" &
-  local sampler=$! rc=0
+  local sampler="" rc=0
+  if [ "${#sample[@]}" -gt 0 ]; then
+    "${sample[@]}" > "$folder/memory.csv" &
+    sampler=$!
+  fi
   "${train[@]}" > "$folder/console.log" 2>&1 || rc=$?
-  kill "$sampler" 2>/dev/null || true  # nvidia-smi may have stopped on its own
+  [ -z "$sampler" ] || kill "$sampler" 2>/dev/null || true  # nvidia-smi may have stopped on its own
   echo "$rc" > "$folder/rc"
   cp "$run_dir/run_plan.json" "$folder/" 2>/dev/null || true
 }

@@ -314,3 +314,65 @@ def test_the_interpreter_is_checked_before_the_venv_is_made(tmp_path, how):
     good = _fake_python(tmp_path, "3.11.9")
     commands = _dry_run("--venv", str(venv), "--python", str(good))
     assert commands[0] == [str(good), "-m", "venv", str(venv)]
+
+
+# ------------------------------------------------------------------ one short reservation (issue 43, item 4)
+def _trains(commands):
+    return [c for c in commands if "verl.trainer.main_mlmt" in c]
+
+
+def test_phase_a_generates_with_the_hf_server_in_bfloat16_and_phase_b_with_vllm():
+    for rollout, kv_cache in (("hf", False), ("vllm", True)):
+        args = ("--rollout", rollout) if rollout == "hf" else ()
+        for train in _trains(_dry_run("--skip-install", *args)):
+            assert {f"actor_rollout_ref.rollout.name={rollout}", f"hl.rollout.name={rollout}"} <= set(train)
+            assert any("kv_cache_memory_bytes" in arg for arg in train) == kv_cache  # a vLLM setting
+            for level in ("actor_rollout_ref", "hl"):
+                assert f"{level}.rollout.dtype=bfloat16" in train
+                for part in ("actor", "ref"):
+                    assert f"{level}.{part}.fsdp_config.mixed_precision.param_dtype=bf16" in train
+            assert "CUDA_VISIBLE_DEVICES=0" in train
+
+
+def test_the_cpu_rehearsal_samples_no_gpu_and_keeps_the_cpu_overlays_dtype():
+    commands = _dry_run("--skip-install", "--rollout", "hf", "--cpu")
+    trains = _trains(commands)
+    assert len(trains) == 2 and not any("nvidia-smi" in c for c in commands)
+    for train in trains:
+        assert train[0] == "env" and not any(arg.startswith("CUDA_VISIBLE_DEVICES") for arg in train)
+        assert not any("bfloat16" in arg or "bf16" in arg for arg in train)
+    (check,) = [c for c in commands if "scripts/gpu_check.py" in c]
+    assert check[check.index("--gpus") + 1] == "0"
+
+
+def test_bundle_builds_with_gpu_bundle_and_from_bundle_unpacks_installs_offline_and_runs_phase_a(tmp_path):
+    (build,) = _dry_run("--bundle", str(tmp_path / "b"), "--bundle-python", "3.12")
+    assert build[1:] == [str(REPO / "scripts" / "gpu_bundle.py"), "build", str(tmp_path / "b"), "--python-version",
+                         "3.12"]  # fmt: skip
+    work = tmp_path / "w"
+    commands = _dry_run("--from-bundle", str(tmp_path / "b"), "--work", str(work), "--cpu", "--gpu", "1")
+    unpack, venv, install, phase_a = commands
+    assert unpack[1:] == [str(REPO / "scripts" / "gpu_bundle.py"), "unpack", str(tmp_path / "b"), str(work)]
+    assert venv[2:] == [
+        "venv",
+        venv[0],
+        str(work / "repo" / ".venv"),
+        "--manifest",
+        str(tmp_path / "b" / "MANIFEST.json"),
+    ]
+    assert install[:4] == [str(work / "repo" / ".venv" / "bin" / "python"), "-m", "pip", "install"]
+    assert {"--isolated", "--no-index"} <= set(install) and install[install.index("--find-links") + 1] == str(
+        work / "wheels"
+    )
+    assert install[-3:] == [str(work / "wheels" / "pins.txt"), "-e", str(work / "repo")]
+    assert phase_a[:3] == ["bash", str(work / "repo" / "scripts" / "gpu_check.sh"), "--skip-install"]
+    assert phase_a[3:] == ["--rollout", "hf", "--out", str(work / "gpu_check_out"), "--dry-run", "--cpu", "--gpu", "1"]
+
+
+def test_without_a_gpu_the_memory_check_is_a_skip_not_a_failure(tmp_path):
+    _good_run(tmp_path)
+    checks = gpu_check.run_checks(tmp_path, 0, 0.05, 8.0, 0.05)
+    memory = [c for c in checks if "peak GPU memory" in c.name]
+    assert [c.line() for c in memory] == [f"SKIP {run}: peak GPU memory vs. the run plan's estimate: no GPU (--cpu)"
+                                          for run in ("colocated", "resume")]  # fmt: skip
+    assert not any(c.passed is False for c in checks)

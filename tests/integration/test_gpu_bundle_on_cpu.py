@@ -1,0 +1,99 @@
+"""The GPU check's bundle end to end on a small scale (scripts/gpu_bundle.py, issue 43, item 4): built from a local
+folder of wheels (pip download --no-index, as the real build takes PyPI's), carried as parts, unpacked into a fresh
+folder, and installed offline into a venv that sees another interpreter's torch, as ``gpu_check.sh --from-bundle``
+does on an image that has torch. The whole rehearsal (the real bundle, phase A on CPU) is in docs/GPU_RUN.md."""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _module():
+    spec = importlib.util.spec_from_file_location("gpu_bundle", REPO / "scripts" / "gpu_bundle.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+gpu_bundle = _module()
+
+
+def _wheel(folder: Path, name: str, version: str) -> Path:
+    """A pure-Python wheel of one module, ``name`` with ``VERSION``."""
+    dist = f"{name}-{version}.dist-info"
+    path = folder / f"{name}-{version}-py3-none-any.whl"
+    files = {
+        f"{name}/__init__.py": f"VERSION = {version!r}\n",
+        f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+        f"{dist}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    files[f"{dist}/RECORD"] = "".join(f"{file},,\n" for file in [*files, f"{dist}/RECORD"])
+    with zipfile.ZipFile(path, "w") as archive:
+        for file, text in files.items():
+            archive.writestr(file, text)
+    return path
+
+
+def test_a_bundle_built_from_a_wheelhouse_unpacks_in_a_fresh_folder_and_installs_offline_beside_the_images_torch(
+    tmp_path,
+):
+    wheelhouse = tmp_path / "wheelhouse"
+    wheelhouse.mkdir()
+    _wheel(wheelhouse, "mlmt_fake_dep", "1.0")
+    _wheel(wheelhouse, "mlmt_fake_dep", "2.0")  # the pin, not the newest, is carried
+    pins = tmp_path / "pins.txt"
+    pins.write_text("# universal\nmlmt-fake-dep==1.0\nmlmt-fake-other==3.0 ; python_full_version < '3.10'\n")
+
+    built = tmp_path / "built"
+    manifest = gpu_bundle.build(built, "3.11", part_mib=0.5, pins_file=pins, wheelhouse=wheelhouse)
+    assert manifest["wheels"] == ["mlmt_fake_dep-1.0-py3-none-any.whl"]
+    assert len(manifest["parts"]) > 2 and all(p.stat().st_size <= 2**19 for p in built.iterdir())
+    lines = list(gpu_bundle.size_lines(built))
+    assert lines[-1].startswith("total: ") and len(lines) == len(list(built.iterdir())) + 1
+
+    carried = tmp_path / "carried"  # what reaches the node: the files, one by one
+    shutil.copytree(built, carried)
+    work = tmp_path / "fresh"
+    gpu_bundle.unpack(carried, work)
+    assert (work / "repo" / "setup.py").read_bytes() == (REPO / "setup.py").read_bytes()
+    assert (work / "repo" / "scripts" / "gpu_check.sh").is_file() and not (work / "repo" / ".venv").exists()
+    assert (work / "wheels" / "pins.txt").read_text() == "mlmt-fake-dep==1.0\n"
+
+    # the image: this test's interpreter, a venv's (torch is in its site-packages, which a venv made from it would
+    # not see without the .pth gpu_bundle writes)
+    venv = work / "repo" / ".venv"
+    torch_version = gpu_bundle.make_venv(sys.executable, venv, "{}.{}".format(*sys.version_info[:2]))
+    python = venv / "bin" / "python"
+    install = [str(python), "-m", "pip", "install", "-q", "--no-index", "--find-links", str(work / "wheels")]
+    install += ["-c", str(work / "wheels" / "pins.txt"), "mlmt-fake-dep"]
+    subprocess.run(install, check=True, capture_output=True, timeout=300)
+    probe = "import mlmt_fake_dep, torch; print(mlmt_fake_dep.VERSION, torch.__version__, mlmt_fake_dep.__file__)"
+    shown = subprocess.run([str(python), "-c", probe], capture_output=True, text=True, check=True, timeout=120)
+    version, torch_seen, where = shown.stdout.split()
+    assert (version, torch_seen) == ("1.0", torch_version) and where.startswith(str(venv))
+
+
+def test_an_interpreter_without_torch_or_of_another_python_is_refused_with_one_line(tmp_path):
+    bare = tmp_path / "bare"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True, timeout=120)
+    with pytest.raises(gpu_bundle.BundleError) as error:
+        gpu_bundle.make_venv(str(bare / "bin" / "python"), tmp_path / "venv")
+    assert str(error.value) == (
+        f"{bare / 'bin' / 'python'} has no torch: the bundle uses the image's torch (>= 2.11); name it with --python"
+    )
+    with pytest.raises(gpu_bundle.BundleError) as error:
+        gpu_bundle.make_venv(sys.executable, tmp_path / "venv", "3.9")
+    assert "the bundle's wheels are for 3.9: build one for" in str(error.value) and "\n" not in str(error.value)
+    assert not (tmp_path / "venv").exists()
