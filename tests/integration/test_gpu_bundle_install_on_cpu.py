@@ -5,7 +5,6 @@ does on an image that has torch. The whole rehearsal (the real bundle, phase A o
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
 import subprocess
 import sys
@@ -13,21 +12,14 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from script_modules import load_script
 
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _module():
-    spec = importlib.util.spec_from_file_location("gpu_bundle", REPO / "scripts" / "gpu_bundle.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-gpu_bundle = _module()
+gpu_bundle = load_script("gpu_bundle")
 
 
 def _wheel(folder: Path, name: str, version: str) -> Path:

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
+from script_modules import load_script
 
 pytestmark = [pytest.mark.integration, pytest.mark.extended, pytest.mark.slow(seconds=60)]
 
@@ -25,6 +26,8 @@ REPO = Path(__file__).resolve().parents[2]
 SETS = {"gpu": "constraints-gpu.txt", "gpu-torch213": "constraints-gpu-torch213.txt"}
 PYTHONS = ("3.10", "3.11", "3.12")
 PYPI = "https://pypi.org/simple/"
+
+gpu_bundle = load_script("gpu_bundle")
 
 
 @pytest.fixture(scope="module")
@@ -39,23 +42,11 @@ def uv() -> str:
 
 
 def _pins_for(constraints: Path, python: str) -> dict[str, str]:
-    """The file's exact pins that apply on Linux x86_64 under this Python (its markers evaluated)."""
-    environment = {
-        "python_version": python,
-        "python_full_version": f"{python}.0",
-        "sys_platform": "linux",
-        "platform_system": "Linux",
-        "platform_machine": "x86_64",
-        "os_name": "posix",
-        "implementation_name": "cpython",
-        "platform_python_implementation": "CPython",
-    }
+    """The file's exact pins that apply on Linux x86_64 under this Python (its markers evaluated, as the bundle's)."""
     pins = {}
-    for line in constraints.read_text().splitlines():
-        if line.strip() and not line.startswith("#"):
-            requirement = Requirement(line)
-            if requirement.marker is None or requirement.marker.evaluate(environment):
-                pins[canonicalize_name(requirement.name)] = str(requirement.specifier).removeprefix("==")
+    for pin in gpu_bundle.select_pins(constraints.read_text().splitlines(), python):
+        requirement = Requirement(pin)
+        pins[canonicalize_name(requirement.name)] = str(requirement.specifier).removeprefix("==")
     return pins
 
 

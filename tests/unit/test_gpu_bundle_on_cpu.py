@@ -7,25 +7,17 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
+from script_modules import load_script
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _module():
-    spec = importlib.util.spec_from_file_location("gpu_bundle", REPO / "scripts" / "gpu_bundle.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-gpu_bundle = _module()
+gpu_bundle = load_script("gpu_bundle")
 
 
 @pytest.fixture

@@ -6,17 +6,16 @@ trainer's own rules (agent_system/levels/weight_sync.py)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
 import shlex
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
+from script_modules import load_script
 
 from agent_system.levels import weight_sync
 from agent_system.trainer.schedule import update_steps
@@ -27,15 +26,7 @@ REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "gpu_check.sh"
 
 
-def _module():
-    spec = importlib.util.spec_from_file_location("gpu_check", REPO / "scripts" / "gpu_check.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-gpu_check = _module()
+gpu_check = load_script("gpu_check")
 
 
 def _dry_run(*args: str) -> list[list[str]]:

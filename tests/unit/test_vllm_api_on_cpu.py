@@ -16,17 +16,14 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
-import sys
 from importlib.metadata import version
 from pathlib import Path
 
 import pytest
+from script_modules import load_script
 
 REPO = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("record_vllm_api", REPO / "scripts" / "record_vllm_api.py")
-record_vllm_api = importlib.util.module_from_spec(_spec)
-sys.modules["record_vllm_api"] = record_vllm_api  # its dataclasses look their module up there
-_spec.loader.exec_module(record_vllm_api)
+record_vllm_api = load_script("record_vllm_api")
 
 RECORD = json.loads((REPO / "requirements" / "vllm-0.24.0-api.json").read_text())
 PROJECT = record_vllm_api.project_uses(REPO)
