@@ -653,7 +653,7 @@ def render_markdown(plan: RunPlan) -> str:
             f"- rows per update: {level.rows_per_update} on {level.world_size} data-parallel rank(s); up to "
             f"{level.tokens_per_row} tokens per row, {level.tokens_per_step} per update",
             f"- mini-batch: {level.mini_batch} rows (setting {level.mini_batch_setting}), "
-            f"{level.optimizer_steps_per_update} optimizer steps per update",
+            f"{level.optimizer_steps_per_update} optimizer step(s) per update",
             f"- generations per step: {level.samples_per_step}",
             "",
         ]

@@ -23,6 +23,7 @@ def test_the_reference_worker_reads_every_feedback_of_the_step(tiny_models, tmp_
             f"actor_rollout_ref.model.path={tiny_models['ll']}",
             f"hl.model.path={tiny_models['hl']}",
             "trainer.total_training_steps=1",
+            "data.train_batch_size=2",
             "mlmt.stages.beta_turn1=[0.01]",  # the LL's reference model, which the reader scores with
             "mlmt.reward.leak_reader=true",
             "data.max_response_length=16",

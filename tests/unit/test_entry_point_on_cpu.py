@@ -97,7 +97,7 @@ def test_help_all_and_cfg_job_print_this_machines_whole_config(tmp_path):
     job = _main_mlmt(["--cfg", "job", "mlmt.m=3"], tmp_path)
     assert job.returncode == 0, job.stderr[-3000:]
     printed = yaml.safe_load(job.stdout)
-    assert printed["mlmt"]["m"] == 3 and printed["data"]["train_batch_size"] == 2  # the CPU overlay's, not 128
+    assert printed["mlmt"]["m"] == 3 and printed["data"]["train_batch_size"] == 4  # the CPU overlay's, not 128
     assert printed["actor_rollout_ref"]["rollout"]["dtype"] == "float32"
 
 

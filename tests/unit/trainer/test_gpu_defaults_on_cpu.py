@@ -8,7 +8,7 @@ import pytest
 from agent_system import verl_plugin
 from agent_system.config import compose_config
 from agent_system.launcher.main import check_config
-from agent_system.launcher.plan import mini_batch_cuts
+from agent_system.launcher.plan import level_rows, mini_batch_cuts
 
 MODELS = [
     "actor_rollout_ref.model.path=meta-llama/Llama-3.2-1B-Instruct",
@@ -60,16 +60,19 @@ def test_gpu_config_is_valid(gpu_config, monkeypatch):
 def test_cpu_overlay_keeps_the_small_embedded_run(cpu_config):
     assert verl_plugin.CPU_BACKEND_ACTIVE, "this test expects the CPU backend (no GPU)"
     c = cpu_config
-    assert (c.data.train_batch_size, c.data.val_batch_size) == (2, 8)
+    assert (c.data.train_batch_size, c.data.val_batch_size) == (4, 8)  # 4 × 2 attempts: 8 HL groups a step
     assert (c.data.max_prompt_length, c.data.max_response_length, c.hl.rollout.response_length) == (768, 64, 48)
     assert (c.trainer.total_training_steps, c.trainer.save_freq, c.trainer.test_freq) == (2, 2, 2)
     assert c.mlmt.reward.num_workers == 2
     assert (c.mlmt.n, c.mlmt.m) == (2, 3)  # HL groups of 3: an HL learning signal on more steps than groups of 2
-    for name in ("actor_rollout_ref", "hl"):
+    for name, mini_batch in (("actor_rollout_ref", 16), ("hl", 24)):
         actor = c[name].actor
-        assert (actor.optim.lr, actor.entropy_coeff, actor.ppo_mini_batch_size) == (1e-6, 0.0, 16)
+        assert (actor.optim.lr, actor.entropy_coeff, actor.ppo_mini_batch_size) == (1e-6, 0.0, mini_batch)
         assert actor.ppo_max_token_len_per_gpu == 1024  # micro-batch tokens: 768 + 64 fits
-    assert mini_batch_cuts(c) == []  # each level's rows (LL 16, HL 12) make one optimizer step per update
+    # no level's mini-batch cut: the LL's 32 rows make two optimizer steps of 16, the HL's 24 rows one (with the LL's
+    # 16 they were cut to two of 12, a notice on the main job's first screen)
+    assert mini_batch_cuts(c) == []
+    assert [level_rows(c, level) for level in ("ll", "hl")] == [32, 24]
     assert c.critic.ppo_max_token_len_per_gpu == c.hl_critic.ppo_max_token_len_per_gpu == 4096
 
 

@@ -55,7 +55,7 @@ def test_plan_device_plans_the_gpu_settings_where_the_same_line_without_it_gets_
     argv = _two_by_eight(tmp_path)
     cpu_config, cpu_plan = _plan(argv)  # this machine has no GPU: the CPU overlay
     gpu_config, gpu_plan = _plan([*argv, "mlmt.plan_device=h100-80"])
-    assert cpu_config.actor_rollout_ref.rollout.dtype == "float32" and cpu_config.data.train_batch_size == 2
+    assert cpu_config.actor_rollout_ref.rollout.dtype == "float32" and cpu_config.data.train_batch_size == 4
     assert cpu_plan.memory.device is None and "CPU" in cpu_plan.device
     assert gpu_config.actor_rollout_ref.rollout.dtype != "float32" and gpu_config.data.train_batch_size == 128
     assert gpu_config.actor_rollout_ref.rollout.engine_kwargs.vllm.kv_cache_memory_bytes is None
