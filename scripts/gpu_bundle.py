@@ -1,33 +1,46 @@
 """The GPU check's bundle: the project and the wheels of its pure-Python dependencies, carried to an air-gapped GPU node
 in parts of at most 64 MiB, for an image that already has torch (docs/GPU_RUN.md, "A check that fits one short
-reservation"). ``scripts/gpu_check.sh --bundle DIR`` and ``--from-bundle DIR`` run it; it needs only the standard
-library where it unpacks (``packaging`` or pip's copy of it where it builds).
+reservation"). ``scripts/gpu_check.sh --bundle DIR [--with-vllm]`` and ``--from-bundle DIR`` run it; it needs only the
+standard library where it unpacks (``packaging`` or pip's copy of it where it builds).
 
     python scripts/gpu_bundle.py build DIR [--python-version 3.11] [--part-mib 64] [--pins FILE] [--wheelhouse W]
+                                           [--with-vllm]
     python scripts/gpu_bundle.py unpack DIR WORK      # check every part, then WORK/repo and WORK/wheels
     python scripts/gpu_bundle.py venv PYTHON VENV     # PYTHON's torch (>= 2.11) checked, then a venv that sees it
+    python scripts/gpu_bundle.py phase-b DIR [--cpu]  # exit 0 when phase B runs from DIR, else print its SKIP line
+    python scripts/gpu_bundle.py vllm-pins CONSTRAINTS PHASE_A IMAGE OUT  # phase B's pins (compile_gpu_constraints.sh)
 
 ``build`` selects the pins of ``requirements/bundle-phase-a.txt`` (constraints-gpu.txt's versions; no torch, CUDA
 library, triton or vLLM) for the target's Python, downloads their manylinux x86_64 wheels for it (``pip download
 --no-deps``: nothing re-resolves; a pin with no wheel on PyPI is built here and must be pure Python), writes one tar
 of ``repo/`` (the checkout's tracked and untracked, not ignored, files) and ``wheels/`` cut into parts, with
 ``MANIFEST.json`` (size and sha256 of each part and of the whole) and ``SHA256SUMS`` (``sha256sum -c``), and a copy of
-this script and of ``gpu_check.sh`` beside them. It prints each file's size and the total, and refuses with one line
-when a file is over the part limit. ``unpack`` refuses with one line on a missing part, a part whose size or sha256
-is not the manifest's, or a non-empty WORK.
+this script and of ``gpu_check.sh`` beside them. ``--with-vllm`` adds phase B's: ``requirements/bundle-phase-b.txt``
+(vLLM 0.24.0 and the rest of constraints-gpu.txt less phase A's pins and ``requirements/image-torch-2.11.txt``, torch
+2.11.0 and what its wheel metadata requires), for glibc 2.31 (:data:`VLLM_GLIBC_MINOR`), listed in
+``wheels/pins-vllm.txt`` and the manifest (``phase_b``, ``vllm_wheels``, ``vllm_glibc``). Before writing, every
+``Requires-Dist`` of every wheel must be met by a wheel of the bundle or by the image's set (:func:`check_complete`).
+It prints each file's size and the total, and refuses with one line when a file is over the part limit or a
+requirement is missing. ``unpack`` refuses with one line on a missing part, a part whose size or sha256 is not the
+manifest's, or a non-empty WORK.
 """
 
 from __future__ import annotations
 
 import argparse
+import email.parser
+import email.policy
 import hashlib
 import json
+import os
+import re
 import shutil
 import subprocess
 import sys
 import tarfile
 import tempfile
-from collections.abc import Iterator
+import zipfile
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -40,8 +53,11 @@ FORMAT = 1
 MIN_TORCH = (2, 11)  # setup.py's torch>=2.11
 PYTHONS = ("3.10", "3.11", "3.12")  # verl 0.9.1's
 GLIBC_MINOR = 28  # manylinux_2_28: torch 2.11's wheels need it, so the image has it
+VLLM_GLIBC_MINOR = 31  # phase B: llguidance 1.7.6 (vLLM 0.24.0's) has x86_64 wheels for manylinux_2_31 only
 REPO = Path(__file__).resolve().parents[1]
 PINS = REPO / "requirements" / "bundle-phase-a.txt"
+VLLM_PINS = REPO / "requirements" / "bundle-phase-b.txt"  # --with-vllm: what phase B adds to phase A's
+IMAGE_PINS = REPO / "requirements" / "image-torch-2.11.txt"  # torch 2.11.0 and its Requires-Dist, the image's
 CHUNK = MIB
 
 
@@ -206,7 +222,7 @@ def unpack(folder: Path, work: Path) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------------- build
-def _markers():
+def _requirement_cls():
     try:
         from packaging.requirements import Requirement
     except ImportError:  # pip's own copy
@@ -214,11 +230,9 @@ def _markers():
     return Requirement
 
 
-def select_pins(lines: list[str], python_version: str) -> list[str]:
-    """The ``name==version`` pins of a universal pin file whose markers hold on Linux x86_64 CPython
-    ``python_version``."""
-    requirement_cls = _markers()
-    environment = {
+def marker_environment(python_version: str, extra: str = "") -> dict[str, str]:
+    """The values markers see on Linux x86_64 CPython ``python_version`` (``extra``: the extra being installed)."""
+    return {
         "python_version": python_version,
         "python_full_version": f"{python_version}.0",
         "sys_platform": "linux",
@@ -227,7 +241,20 @@ def select_pins(lines: list[str], python_version: str) -> list[str]:
         "os_name": "posix",
         "implementation_name": "cpython",
         "platform_python_implementation": "CPython",
+        "extra": extra,
     }
+
+
+def canonical(name: str) -> str:
+    """PEP 503's normalized name: ``Foo_Bar.baz`` -> ``foo-bar-baz``."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def select_pins(lines: list[str], python_version: str) -> list[str]:
+    """The ``name==version`` pins of a universal pin file whose markers hold on Linux x86_64 CPython
+    ``python_version``."""
+    requirement_cls = _requirement_cls()
+    environment = marker_environment(python_version)
     pins = []
     for line in lines:
         line = line.strip()
@@ -239,6 +266,27 @@ def select_pins(lines: list[str], python_version: str) -> list[str]:
     return pins
 
 
+def _pin_set(lines: list[str], python_version: str) -> set[str]:
+    """:func:`select_pins` with canonical names."""
+    return {f"{canonical(pin.split('==')[0])}=={pin.split('==', 1)[1]}" for pin in select_pins(lines, python_version)}
+
+
+def vllm_pin_lines(constraints: list[str], phase_a: list[str], image: list[str]) -> list[str]:
+    """Phase B's universal pin file: the lines of ``constraints`` (constraints-gpu.txt) whose pin, on some Python of
+    :data:`PYTHONS` where the line's marker holds, is neither phase A's nor the image's (``image``: torch 2.11.0 and
+    what its wheel metadata requires, down to the last dependency). Markers are kept: :func:`select_pins` reads the
+    file for the target's Python."""
+    have = {python: _pin_set(phase_a, python) | _pin_set(image, python) for python in PYTHONS}
+    kept = []
+    for line in constraints:
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        if any(pin not in have[python] for python in PYTHONS for pin in _pin_set([line], python)):
+            kept.append(line)
+    return kept
+
+
 def platforms(glibc_minor: int = GLIBC_MINOR) -> list[str]:
     """pip's ``--platform`` values for a manylinux x86_64 image with glibc 2.``glibc_minor`` (pip 23 does not widen
     ``manylinux_2_28`` to the older tags itself)."""
@@ -246,19 +294,39 @@ def platforms(glibc_minor: int = GLIBC_MINOR) -> list[str]:
     return tags + ["manylinux2014_x86_64", "manylinux2010_x86_64", "manylinux1_x86_64"]
 
 
-def download_wheels(pins: list[str], python_version: str, dest: Path, wheelhouse: Path | None) -> None:
-    """Each pin's wheel for the target into ``dest``; a pin that has only a source archive is built here into a wheel,
-    which must be pure Python (``none-any``)."""
+def glibc_needed(wheel_names: Iterable[str]) -> tuple[int, int]:
+    """The oldest glibc every one of these wheels installs on: each wheel's lowest manylinux tag, the highest of
+    those (``manylinux2014`` is glibc 2.17, ``manylinux2010`` 2.12, ``manylinux1`` 2.5; pure wheels need none)."""
+    legacy = {"manylinux1": (2, 5), "manylinux2010": (2, 12), "manylinux2014": (2, 17)}
+    needed = (2, 5)
+    for name in wheel_names:
+        found = []
+        for tag in name.removesuffix(".whl").split("-")[-1].split("."):
+            match = re.fullmatch(r"manylinux_(\d+)_(\d+)_\w+", tag)
+            if match:
+                found.append((int(match[1]), int(match[2])))
+            elif tag.rsplit("_x86_64", 1)[0] in legacy:
+                found.append(legacy[tag.rsplit("_x86_64", 1)[0]])
+        if found:
+            needed = max(needed, min(found))
+    return needed
+
+
+def download_wheels(
+    pins: list[str], python_version: str, dest: Path, wheelhouse: Path | None, glibc_minor: int = GLIBC_MINOR
+) -> None:
+    """Each pin's wheel for the target (glibc 2.``glibc_minor``) into ``dest``; a pin that has only a source archive
+    is built here into a wheel, which must be pure Python (``none-any``)."""
     dest.mkdir(parents=True, exist_ok=True)
-    requirements = dest.parent / "download-pins.txt"
+    requirements = dest.parent / f"download-pins-{glibc_minor}.txt"
     requirements.write_text("".join(f"{pin}\n" for pin in pins))
     command = [sys.executable, "-m", "pip", "download", "--no-deps", "--prefer-binary", "--disable-pip-version-check"]
-    command += [arg for tag in platforms() for arg in ("--platform", tag)]
+    command += [arg for tag in platforms(glibc_minor) for arg in ("--platform", tag)]
     command += ["--python-version", python_version, "--implementation", "cp", "-d", str(dest), "-r", str(requirements)]
     if wheelhouse is not None:
         command += ["--no-index", "--find-links", str(wheelhouse)]
     _run(command, "pip download")
-    for archive in sorted(p for p in dest.iterdir() if not p.name.endswith(".whl")):
+    for archive in sorted(p for p in dest.iterdir() if p.is_file() and not p.name.endswith(".whl")):
         before = set(dest.glob("*.whl"))
         _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(dest), str(archive)], "pip wheel")
         archive.unlink()
@@ -274,6 +342,69 @@ def _run(command: list[str], what: str) -> None:
     if result.returncode != 0:
         last = (result.stderr.strip().splitlines() or ["(no output)"])[-1]
         raise BundleError(f"{what} failed ({result.returncode}): {last}")
+
+
+def wheel_metadata(path: Path) -> tuple[str, str, list[str]]:
+    """A wheel's name (canonical), version and ``Requires-Dist`` lines, from its ``.dist-info/METADATA``."""
+    with zipfile.ZipFile(path) as archive:
+        found = [name for name in archive.namelist() if re.fullmatch(r"[^/]+\.dist-info/METADATA", name)]
+        if len(found) != 1:
+            raise BundleError(f"{path.name} has {len(found)} .dist-info/METADATA files, not one: a damaged wheel?")
+        message = email.parser.BytesParser(policy=email.policy.compat32).parsebytes(archive.read(found[0]), True)
+    return canonical(message["Name"]), message["Version"], message.get_all("Requires-Dist") or []
+
+
+def missing_requirement(
+    wheels: dict[str, tuple[str, list[str]]], image: dict[str, str], python_version: str
+) -> str | None:
+    """The first requirement no wheel satisfies, as one line, or None when the set is complete.
+
+    Args:
+        wheels: each wheel's canonical name -> its version and ``Requires-Dist`` lines.
+        image: what the image already holds (torch 2.11.0 and its dependencies): canonical name -> version.
+        python_version: the target's; markers are evaluated for Linux x86_64 CPython, with the extras a requirement
+            asks of a bundled wheel (``ray[cgraph]``: ray's lines for ``extra == "cgraph"``).
+    """
+    requirement_cls = _requirement_cls()
+    todo, seen = [(name, "") for name in sorted(wheels)], set()
+    while todo:
+        name, extra = todo.pop()
+        if (name, extra) in seen:
+            continue
+        seen.add((name, extra))
+        version, requires = wheels[name]
+        for line in requires:
+            requirement = requirement_cls(line)
+            if requirement.marker is not None and not requirement.marker.evaluate(
+                marker_environment(python_version, extra)
+            ):
+                continue
+            wanted = canonical(requirement.name)
+            have = wheels[wanted][0] if wanted in wheels else image.get(wanted)
+            asked = f"{name} {version}{f' [{extra}]' if extra else ''} requires {line.split(';')[0].strip()}"
+            if have is None:
+                return f"{asked}: no wheel of the bundle has it, nor is it torch 2.11's (the image's)"
+            if not requirement.specifier.contains(have, prereleases=True):
+                return f"{asked}, and the bundle or the image has {wanted} {have}"
+            if wanted in wheels:
+                todo += [(wanted, canonical(e)) for e in requirement.extras]
+    return None
+
+
+def check_complete(wheel_paths: Iterable[Path], image_lines: list[str], python_version: str) -> None:
+    """Refuse with one line when a bundled wheel requires what neither a bundled wheel nor the image
+    (``image_lines``: :data:`IMAGE_PINS`) holds, at a version its specifier takes."""
+    wheels = {}
+    for path in wheel_paths:
+        name, version, requires = wheel_metadata(path)
+        wheels[name] = (version, requires)
+    image = {}
+    for pin in select_pins(image_lines, python_version):
+        name, version = pin.split("==", 1)
+        image[canonical(name)] = version
+    missing = missing_requirement(wheels, image, python_version)
+    if missing is not None:
+        raise BundleError(f"incomplete for Python {python_version}: {missing}")
 
 
 def project_files(repo: Path) -> dict[str, Path]:
@@ -294,27 +425,44 @@ def build(
     pins_file: Path = PINS,
     wheelhouse: Path | None = None,
     repo: Path = REPO,
+    with_vllm: bool = False,
+    vllm_pins_file: Path = VLLM_PINS,
+    image_file: Path = IMAGE_PINS,
 ) -> dict:
-    """Build the bundle in ``out`` (new or empty); returns its manifest."""
+    """Build the bundle in ``out`` (new or empty); returns its manifest. ``with_vllm``: phase B's wheels too
+    (``vllm_pins_file``), listed in ``wheels/pins-vllm.txt`` and the manifest's ``phase_b``."""
     if python_version not in PYTHONS:
         raise BundleError(f"--python-version {python_version}: verl 0.9.1 runs on {', '.join(PYTHONS)}")
     if out.exists() and any(out.iterdir()):
         raise BundleError(f"{out} is not empty: name a new folder for the bundle")
-    if not pins_file.is_file():
-        raise BundleError(f"{pins_file} is missing (scripts/compile_gpu_constraints.sh writes it)")
+    for needed in (pins_file, image_file, *([vllm_pins_file] if with_vllm else [])):
+        if not needed.is_file():
+            raise BundleError(f"{needed} is missing (scripts/compile_gpu_constraints.sh writes it)")
     part_bytes = int(part_mib * MIB)
     out.mkdir(parents=True, exist_ok=True)
     pins = select_pins(pins_file.read_text().splitlines(), python_version)
+    vllm_pins = select_pins(vllm_pins_file.read_text().splitlines(), python_version) if with_vllm else []
+    vllm_pins = [pin for pin in vllm_pins if pin not in pins]
     with tempfile.TemporaryDirectory(prefix="mlmt-bundle-") as stage:
         wheels = Path(stage) / "wheels"
         download_wheels(pins, python_version, wheels, wheelhouse)
-        (Path(stage) / "pins.txt").write_text("".join(f"{pin}\n" for pin in pins))
+        before = {p.name for p in wheels.glob("*.whl")}
+        if vllm_pins:
+            download_wheels(vllm_pins, python_version, wheels, wheelhouse, VLLM_GLIBC_MINOR)
+        check_complete(sorted(wheels.glob("*.whl")), image_file.read_text().splitlines(), python_version)
         members = {f"wheels/{p.name}": p for p in wheels.glob("*.whl")}
-        members["wheels/pins.txt"] = Path(stage) / "pins.txt"
+        for name, listed in (("pins.txt", pins), ("pins-vllm.txt", vllm_pins)):
+            if listed or name == "pins.txt":
+                (Path(stage) / name).write_text("".join(f"{pin}\n" for pin in listed))
+                members[f"wheels/{name}"] = Path(stage) / name
         members |= project_files(repo)
         manifest = {"format": FORMAT, "python": python_version, "platform": platforms()[0], "part_bytes": part_bytes}
+        manifest["phase_b"] = with_vllm
         manifest |= write_parts(out, members, part_bytes)
         manifest["wheels"] = sorted(name.split("/", 1)[1] for name in members if name.endswith(".whl"))
+        manifest["vllm_wheels"] = [name for name in manifest["wheels"] if name not in before]
+        manifest["glibc"] = "{}.{}".format(*glibc_needed(before))
+        manifest["vllm_glibc"] = "{}.{}".format(*glibc_needed(manifest["vllm_wheels"])) if with_vllm else None
     for script in ("gpu_check.sh", "gpu_bundle.py"):
         shutil.copy2(repo / "scripts" / script, out / script)
     (out / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
@@ -323,6 +471,21 @@ def build(
     if too_big:
         raise BundleError(f"over the {part_mib:g} MiB limit: {', '.join(sorted(too_big))}")
     return manifest
+
+
+def phase_b_skip(manifest: dict, cpu: bool = False, glibc: str | None = None) -> str | None:
+    """The SKIP line that stands for phase B (vLLM with sleep mode) when it cannot run from this bundle, else None.
+    ``glibc``: the image's (``os.confstr("CS_GNU_LIBC_VERSION")``'s number), which must be at least the manifest's
+    ``vllm_glibc``."""
+    skip = "SKIP phase B (vLLM 0.24.0 with sleep mode): "
+    if not manifest.get("phase_b"):
+        return skip + "the bundle was built without --with-vllm"
+    if cpu:
+        return skip + "--cpu, and the bundle's vLLM wheels are CUDA builds"
+    needed = manifest.get("vllm_glibc") or "2.5"
+    if glibc is not None and tuple(map(int, glibc.split("."))) < tuple(map(int, needed.split("."))):
+        return skip + f"the image has glibc {glibc}; the bundle's vLLM wheels need {needed} or newer"
+    return None
 
 
 def size_lines(out: Path) -> Iterator[str]:
@@ -398,9 +561,18 @@ def main(argv: list[str] | None = None) -> int:
     make.add_argument("--part-mib", type=float, default=PART_MIB, help="largest file, MiB")
     make.add_argument("--pins", type=Path, default=PINS, help="universal pin file (requirements/bundle-phase-a.txt)")
     make.add_argument("--wheelhouse", type=Path, help="take the wheels from this folder only (pip --no-index)")
+    make.add_argument("--with-vllm", action="store_true", help="phase B too: requirements/bundle-phase-b.txt's wheels")
     open_ = commands.add_parser("unpack", help="check the parts, then extract them into WORK")
     open_.add_argument("bundle", type=Path)
     open_.add_argument("work", type=Path)
+    phase_b = commands.add_parser("phase-b", help="exit 0 when phase B runs from BUNDLE, else print its SKIP, exit 1")
+    phase_b.add_argument("bundle", type=Path)
+    phase_b.add_argument("--cpu", action="store_true", help="the rehearsal on CPU: vLLM's CUDA wheels cannot run")
+    vllm_pins = commands.add_parser("vllm-pins", help="write phase B's pin file (compile_gpu_constraints.sh runs it)")
+    vllm_pins.add_argument("constraints", type=Path)
+    vllm_pins.add_argument("phase_a", type=Path)
+    vllm_pins.add_argument("image", type=Path)
+    vllm_pins.add_argument("out", type=Path)
     venv = commands.add_parser("venv", help="check PYTHON's torch and make a venv that sees it")
     venv.add_argument("python")
     venv.add_argument("venv", type=Path)
@@ -408,15 +580,31 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command == "build":
-            manifest = build(args.out, args.python_version, args.part_mib, args.pins, args.wheelhouse)
+            manifest = build(
+                args.out, args.python_version, args.part_mib, args.pins, args.wheelhouse, with_vllm=args.with_vllm
+            )
+            vllm = f" ({len(manifest['vllm_wheels'])} of them phase B's)" if manifest["phase_b"] else ""
             print(
-                f"bundle {args.out}: {len(manifest['wheels'])} wheels for Python {manifest['python']} and the project"
+                f"bundle {args.out}: {len(manifest['wheels'])} wheels{vllm} for Python {manifest['python']} "
+                "and the project"
             )
             for line in size_lines(args.out):
                 print(line)
         elif args.command == "unpack":
             manifest = unpack(args.bundle, args.work)
             print(f"unpacked {len(manifest['parts'])} parts into {args.work} ({manifest['archive_size']} bytes)")
+        elif args.command == "phase-b":
+            libc = os.confstr("CS_GNU_LIBC_VERSION") if "CS_GNU_LIBC_VERSION" in os.confstr_names else None
+            glibc = libc.split()[-1] if libc and libc.startswith("glibc") else None
+            skip = phase_b_skip(read_manifest(args.bundle), args.cpu, glibc)
+            if skip is not None:
+                print(skip)
+                return 1
+        elif args.command == "vllm-pins":
+            lines = [path.read_text().splitlines() for path in (args.constraints, args.phase_a, args.image)]
+            header = f"# phase B of the GPU check from a bundle (--with-vllm): {args.constraints.name}'s pins less\n"
+            header += f"# {args.phase_a.name}'s and {args.image.name}'s; written by scripts/compile_gpu_constraints.sh"
+            args.out.write_text("\n".join([header, *vllm_pin_lines(*lines)]) + "\n")
         else:
             bundle_python = read_manifest(args.manifest.parent)["python"] if args.manifest else None
             print(f"torch {make_venv(args.python, args.venv, bundle_python)} from {args.python}; venv {args.venv}")

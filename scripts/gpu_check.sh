@@ -7,7 +7,8 @@
 #                             [--gpu INDEX] [--run-timeout S] [--grace S] [--rollout vllm|hf] [--cpu] [--smoke]
 #                             [--dry-run] [--help]
 #   bash scripts/gpu_check.sh --bundle DIR [--bundle-python 3.11]          # here, with PyPI: build the bundle
-#   bash DIR/gpu_check.sh --from-bundle DIR [--work W] [--python PY] ...   # there: phase A from it (see below)
+#   bash scripts/gpu_check.sh --bundle DIR --with-vllm                     # the same with phase B's vLLM wheels
+#   bash DIR/gpu_check.sh --from-bundle DIR [--work W] [--python PY] ...   # there: phases A and B from it (below)
 #
 #   --python PY       the interpreter that creates the venv (default $PYTHON, else python3); it must be Python
 #                     3.10-3.12 (verl 0.9.1's GPU stack), checked before the venv is made: another stops the script
@@ -37,10 +38,16 @@
 #                     (default this machine's) on manylinux x86_64, as one tar cut into parts of at most 64 MiB, with
 #                     MANIFEST.json (sha256 of each part), SHA256SUMS, and copies of this script and gpu_bundle.py;
 #                     prints each file's size (scripts/gpu_bundle.py)
+#   --with-vllm       with --bundle: phase B's wheels too (requirements/bundle-phase-b.txt: vLLM 0.24.0 and the rest
+#                     of constraints-gpu.txt that phase A's set and a torch 2.11 image lack; about 1.2 GB more)
 #   --from-bundle DIR there: check every part (one line for a missing or damaged one), unpack into --work W (default
 #                     ./mlmt-gpu-check, new or empty), check --python's torch (the image's; >= 2.11), make W/repo/.venv
 #                     with --system-site-packages, install the wheels offline (pip --no-index), then run phase A
-#                     (--rollout hf) from W/repo with the options given after it (--gpu, --run-timeout, --cpu, ...)
+#                     (--rollout hf) from W/repo with the options given after it (--gpu, --run-timeout, --cpu, ...),
+#                     its runs under --out (default W/gpu_check_out); then phase B: when the bundle was built with
+#                     --with-vllm (MANIFEST.json's phase_b), install its wheels offline into the same venv and run the
+#                     check with vLLM and sleep mode (--rollout vllm) under OUT_vllm; otherwise one SKIP line. The exit
+#                     status is phase A's when it failed, else phase B's
 #   --smoke           then run the GPU smoke scenarios too (pytest -m gpu tests/gpu, about 25 minutes; installs pytest,
 #                     which the wheelhouse must then hold); each appends a JSON line to OUT/smoke.jsonl
 #   --dry-run         print every command (install and checks) without running any
@@ -61,6 +68,7 @@ cd "$(dirname "$0")/.."
 REPO=$PWD
 VENV=$REPO/.venv
 OUT=$REPO/gpu_check_out
+OUT_GIVEN=0
 WHEELHOUSE=""
 SKIP_INSTALL=0
 SMOKE=0
@@ -75,15 +83,17 @@ CPU=0
 BUNDLE=""
 FROM_BUNDLE=""
 BUNDLE_PYTHON=""
+WITH_VLLM=0
 WORK=$(realpath -m mlmt-gpu-check)  # --from-bundle's folder: relative to where the command is typed
 PASS_ON=()  # --from-bundle: the options the unpacked gpu_check.sh gets
 
 while [ $# -gt 0 ]; do
   case $1 in
-    --gpu | --run-timeout | --grace | --out) PASS_ON+=("$1" "$2") ;;&
+    --gpu | --run-timeout | --grace) PASS_ON+=("$1" "$2") ;;&
     --cpu | --smoke | --dry-run) PASS_ON+=("$1") ;;&
     --bundle) BUNDLE=$(realpath -m "$2"); shift 2 ;;
     --bundle-python) BUNDLE_PYTHON=$2; shift 2 ;;
+    --with-vllm) WITH_VLLM=1; shift ;;
     --from-bundle) FROM_BUNDLE=$(realpath -m "$2"); shift 2 ;;
     --work) WORK=$(realpath -m "$2"); shift 2 ;;
     --rollout)
@@ -93,7 +103,7 @@ while [ $# -gt 0 ]; do
     --venv) VENV=$(realpath -m "$2"); shift 2 ;;
     --wheelhouse) WHEELHOUSE=$(realpath -m "$2"); shift 2 ;;
     --skip-install) SKIP_INSTALL=1; shift ;;
-    --out) OUT=$(realpath -m "$2"); shift 2 ;;
+    --out) OUT=$(realpath -m "$2"); OUT_GIVEN=1; shift 2 ;;
     --gpu) GPU=$2; shift 2 ;;
     --run-timeout) RUN_TIMEOUT=$2; shift 2 ;;
     --grace) GRACE=$2; shift 2 ;;
@@ -115,7 +125,10 @@ run() {
 # -------------------------------------------------------------------------------------------- bundle (here / there)
 HERE=$(dirname "$SELF")  # scripts/ of the repository, or the bundle's folder: gpu_bundle.py is beside this script
 if [ -n "$BUNDLE" ]; then
-  run "$PYTHON" "$HERE/gpu_bundle.py" build "$BUNDLE" ${BUNDLE_PYTHON:+--python-version "$BUNDLE_PYTHON"}
+  with_vllm=()
+  [ "$WITH_VLLM" = 0 ] || with_vllm=(--with-vllm)
+  run "$PYTHON" "$HERE/gpu_bundle.py" build "$BUNDLE" ${BUNDLE_PYTHON:+--python-version "$BUNDLE_PYTHON"} \
+    "${with_vllm[@]}"
   exit 0
 fi
 if [ -n "$FROM_BUNDLE" ]; then
@@ -123,12 +136,31 @@ if [ -n "$FROM_BUNDLE" ]; then
   # the image's torch checked, then a venv that sees it; the wheels installed offline under the bundle's own pins
   # (--isolated: no pip configuration or PIP_* variable of the node adds an index or a folder)
   run "$PYTHON" "$HERE/gpu_bundle.py" venv "$PYTHON" "$WORK/repo/.venv" --manifest "$FROM_BUNDLE/MANIFEST.json"
-  run "$WORK/repo/.venv/bin/python" -m pip install --isolated --disable-pip-version-check --no-index \
-    --find-links "$WORK/wheels" -c "$WORK/wheels/pins.txt" -e "$WORK/repo"
-  out=()
-  printf '%s\n' "${PASS_ON[@]}" | grep -qx -- --out || out=(--out "$WORK/gpu_check_out")
-  run bash "$WORK/repo/scripts/gpu_check.sh" --skip-install --rollout hf "${out[@]}" "${PASS_ON[@]}"
-  exit 0
+  PIP=("$WORK/repo/.venv/bin/python" -m pip install --isolated --disable-pip-version-check --no-index
+    --find-links "$WORK/wheels" -c "$WORK/wheels/pins.txt")
+  run "${PIP[@]}" -e "$WORK/repo"
+  out=$WORK/gpu_check_out
+  [ "$OUT_GIVEN" = 0 ] || out=$OUT
+  status=0
+  run bash "$WORK/repo/scripts/gpu_check.sh" --skip-install --rollout hf --out "$out" "${PASS_ON[@]}" || status=$?
+  # phase B (vLLM with sleep mode: the default rollout) when the bundle carries its wheels (--with-vllm), in the
+  # same venv; otherwise one SKIP line (gpu_bundle.py phase-b reads MANIFEST.json)
+  phase_b=0 on_cpu=()
+  [ "$CPU" = 0 ] || on_cpu=(--cpu)
+  if [ "$DRY_RUN" = 1 ] && [ ! -f "$FROM_BUNDLE/MANIFEST.json" ]; then
+    echo "# dry run: no $FROM_BUNDLE/MANIFEST.json to read: phase B runs when the bundle was built with --with-vllm"
+    phase_b=1
+  else
+    "$PYTHON" "$HERE/gpu_bundle.py" phase-b "$FROM_BUNDLE" "${on_cpu[@]}" || phase_b=$?
+  fi
+  if [ "$phase_b" = 0 ]; then
+    run "${PIP[@]}" -c "$WORK/wheels/pins-vllm.txt" -r "$WORK/wheels/pins-vllm.txt" -e "$WORK/repo[gpu]"
+    run bash "$WORK/repo/scripts/gpu_check.sh" --skip-install --rollout vllm --out "${out}_vllm" "${PASS_ON[@]}" ||
+      status=$?
+  elif [ "$phase_b" != 1 ]; then
+    exit "$phase_b"  # the manifest could not be read: gpu_bundle.py said why
+  fi
+  exit "$status"
 fi
 
 # ------------------------------------------------------------------------------------------------------- install

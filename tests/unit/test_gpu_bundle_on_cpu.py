@@ -7,6 +7,8 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import json
+import shutil
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -139,3 +141,176 @@ def test_the_platforms_reach_from_manylinux_2_28_down_to_manylinux1():
 def test_torch_versions_are_read_as_major_minor(text, version):
     assert gpu_bundle.parse_torch_version(text) == version
     assert "not MAJOR.MINOR" in _error(lambda: gpu_bundle.parse_torch_version("nightly"))
+
+
+# ---------------------------------------------------------------------------------------------------- phase B
+CONSTRAINTS = [
+    "# a universal pin file",
+    "torch==2.11.0",
+    "nvidia-cublas==13.1.0.3 ; sys_platform == 'linux'",
+    "cuda-pathfinder==1.8.3 ; python_full_version < '3.11' and sys_platform == 'linux'",
+    "cuda-pathfinder==1.9.1 ; python_full_version >= '3.11' and sys_platform == 'linux'",
+    "nvidia-cutlass-dsl==4.5.2",
+    "ray==2.60.0",
+    "vllm==0.24.0",
+    "av==17.1.0 ; python_full_version < '3.11'",
+    "av==18.1.0 ; python_full_version >= '3.11'",
+    "colorama==0.4.6 ; sys_platform == 'win32'",
+]
+IMAGE = [  # torch 2.11.0 and its Requires-Dist, as compile_gpu_constraints.sh writes them: given here as data
+    "torch==2.11.0",
+    "nvidia-cublas==13.1.0.3 ; sys_platform == 'linux'",
+    "cuda-pathfinder==1.8.3 ; python_full_version < '3.11' and sys_platform == 'linux'",
+    "cuda-pathfinder==1.9.1 ; python_full_version >= '3.11' and sys_platform == 'linux'",
+]
+
+
+def test_phase_b_pins_are_the_gpu_sets_less_phase_a_and_what_torchs_metadata_brings():
+    phase_a = ["ray==2.60.0", "av==17.1.0 ; python_full_version < '3.11'"]
+    assert gpu_bundle.vllm_pin_lines(CONSTRAINTS, phase_a, IMAGE) == [
+        "nvidia-cutlass-dsl==4.5.2",  # an nvidia- package torch does not require: vLLM's, carried
+        "vllm==0.24.0",
+        "av==18.1.0 ; python_full_version >= '3.11'",  # phase A has only 3.10's
+    ]  # colorama: no Python of PYTHONS on Linux takes it
+
+
+@pytest.mark.parametrize("python", gpu_bundle.PYTHONS)
+def test_the_phase_b_file_is_the_gpu_sets_pins_that_phase_a_and_the_image_lack(python):
+    def pins(path):
+        return dict(pin.split("==") for pin in gpu_bundle.select_pins(path.read_text().splitlines(), python))
+
+    phase_b, phase_a, image = pins(gpu_bundle.VLLM_PINS), pins(gpu_bundle.PINS), pins(gpu_bundle.IMAGE_PINS)
+    constraints = _constraints()[python]
+    assert {name: constraints[name] for name in phase_b} == phase_b  # the GPU set's versions
+    assert set(phase_b) | set(phase_a) | set(image) >= set(constraints)  # nothing of the GPU set is left out
+    assert not set(phase_b) & (set(phase_a) | set(image))
+    assert {"vllm", "flashinfer-cubin", "torchvision", "torchaudio", "nvidia-cutlass-dsl"} <= set(phase_b)
+    assert {"torch", "triton", "nvidia-cublas", "nvidia-cudnn-cu13", "cuda-bindings", "sympy"} <= set(image)
+    assert phase_b["vllm"] == "0.24.0" and image["torch"] == "2.11.0"
+
+
+def _wheel(folder: Path, name: str, version: str, requires: tuple[str, ...] = ()) -> Path:
+    """A wheel holding only its METADATA (name, version, Requires-Dist)."""
+    path = folder / f"{name.replace('-', '_')}-{version}-py3-none-any.whl"
+    metadata = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+    metadata += "".join(f"Requires-Dist: {line}\n" for line in requires)
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr(f"{name.replace('-', '_')}-{version}.dist-info/METADATA", metadata)
+    return path
+
+
+def test_the_completeness_check_names_the_first_requirement_nothing_satisfies(tmp_path):
+    image = {"torch": "2.11.0", "nvidia-cublas": "13.1.0.3"}
+    wheels = {
+        "vllm": ("0.24.0", ["torch==2.11.0", "Ray[cgraph]>=2.48", "pywin32; sys_platform == 'win32'"]),
+        "ray": ("2.60.0", ["click>=7", "cupy-cuda12x; extra == 'cgraph'", "aiohttp; extra == 'default'"]),
+        "click": ("8.5.1", ["colorama; platform_system == 'Windows'", "tomli; python_version < '3.11'"]),
+    }
+    missing = gpu_bundle.missing_requirement(wheels, image, "3.11")
+    assert missing == (  # ray's cgraph extra, which vllm asks for; ray's default extra and Windows' are not asked
+        "ray 2.60.0 [cgraph] requires cupy-cuda12x: no wheel of the bundle has it, nor is it torch 2.11's (the image's)"
+    )
+    wheels["cupy-cuda12x"] = ("13.6.0", [])
+    assert gpu_bundle.missing_requirement(wheels, image, "3.11") is None
+    assert gpu_bundle.missing_requirement(wheels, image, "3.10") == (
+        "click 8.5.1 requires tomli: no wheel of the bundle has it, nor is it torch 2.11's (the image's)"
+    )
+    assert gpu_bundle.missing_requirement(wheels, {"torch": "2.13.0"}, "3.11") == (
+        "vllm 0.24.0 requires torch==2.11.0, and the bundle or the image has torch 2.13.0"
+    )
+    # from the wheels' own METADATA, with the image's pins file
+    paths = [_wheel(tmp_path, "vllm", "0.24.0", ("torch==2.11.0", "nvidia-cutlass-dsl==4.5.2"))]
+    message = _error(lambda: gpu_bundle.check_complete(paths, IMAGE, "3.11"))
+    assert message == (
+        "incomplete for Python 3.11: vllm 0.24.0 requires nvidia-cutlass-dsl==4.5.2: no wheel of the bundle has it, "
+        "nor is it torch 2.11's (the image's)"
+    )
+    paths.append(_wheel(tmp_path, "nvidia-cutlass-dsl", "4.5.2", ("cuda-pathfinder>=1.9",)))
+    gpu_bundle.check_complete(paths, IMAGE, "3.11")  # the image's cuda-pathfinder 1.9.1 on 3.11
+    assert "has cuda-pathfinder 1.8.3" in _error(lambda: gpu_bundle.check_complete(paths, IMAGE, "3.10"))
+
+
+@pytest.fixture
+def offline_build(tmp_path, monkeypatch):
+    """``gpu_bundle.build`` with the download and the checkout's file list replaced: wheels from a folder, one file
+    of the project. Returns build(with_vllm) -> (bundle folder, manifest, names in its tar)."""
+    source = tmp_path / "source"
+    source.mkdir()
+    _wheel(source, "ray", "2.60.0", ("torch>=2.11",))
+    _wheel(source, "vllm", "0.24.0", ("torch==2.11.0", "ray>=2.48"))
+    (source / "README.md").write_text("hello\n")
+    files = {name: tmp_path / name for name in ("a.txt", "b.txt", "image.txt")}
+    files["a.txt"].write_text("ray==2.60.0\n")
+    files["b.txt"].write_text("ray==2.60.0\nvllm==0.24.0\n")
+    files["image.txt"].write_text("\n".join(IMAGE) + "\n")
+
+    def download(pins, python_version, dest, wheelhouse, glibc_minor=gpu_bundle.GLIBC_MINOR):
+        dest.mkdir(parents=True, exist_ok=True)
+        for pin in pins:
+            name, version = pin.split("==")
+            shutil.copy2(source / f"{name}-{version}-py3-none-any.whl", dest)
+
+    monkeypatch.setattr(gpu_bundle, "download_wheels", download)
+    monkeypatch.setattr(gpu_bundle, "project_files", lambda repo: {"repo/README.md": source / "README.md"})
+
+    def build(with_vllm: bool, name: str = "bundle"):
+        out = tmp_path / name
+        manifest = gpu_bundle.build(
+            out, "3.11", 1, files["a.txt"], with_vllm=with_vllm, vllm_pins_file=files["b.txt"],
+            image_file=files["image.txt"],
+        )  # fmt: skip
+        gpu_bundle.unpack(out, tmp_path / f"{name}-work")
+        return out, manifest, tmp_path / f"{name}-work"
+
+    return build, source
+
+
+def test_the_manifest_records_whether_the_bundle_carries_phase_b(offline_build):
+    build, _ = offline_build
+    out, manifest, work = build(False, "a")
+    assert manifest["phase_b"] is False and manifest["vllm_wheels"] == [] and manifest["vllm_glibc"] is None
+    assert manifest["wheels"] == ["ray-2.60.0-py3-none-any.whl"] and not (work / "wheels" / "pins-vllm.txt").exists()
+    assert json.loads((out / gpu_bundle.MANIFEST).read_text())["phase_b"] is False
+    out, manifest, work = build(True, "b")
+    assert manifest["phase_b"] is True and manifest["vllm_wheels"] == ["vllm-0.24.0-py3-none-any.whl"]
+    assert manifest["vllm_glibc"] == "2.5"  # pure wheels: any glibc
+    assert manifest["wheels"] == ["ray-2.60.0-py3-none-any.whl", "vllm-0.24.0-py3-none-any.whl"]
+    assert (work / "wheels" / "pins.txt").read_text() == "ray==2.60.0\n"
+    assert (work / "wheels" / "pins-vllm.txt").read_text() == "vllm==0.24.0\n"  # phase A's ray not repeated
+    assert gpu_bundle.read_manifest(out)["phase_b"] is True
+
+
+def test_the_build_refuses_a_wheel_set_that_misses_a_requirement_with_one_line(offline_build):
+    build, source = offline_build
+    _wheel(source, "vllm", "0.24.0", ("torch==2.11.0", "flashinfer-python==0.6.12"))
+    message = _error(lambda: build(True))
+    assert message == (
+        "incomplete for Python 3.11: vllm 0.24.0 requires flashinfer-python==0.6.12: no wheel of the bundle has it, "
+        "nor is it torch 2.11's (the image's)"
+    )
+
+
+def test_phase_b_is_one_skip_line_on_a_bundle_built_without_with_vllm(tmp_path, capsys):
+    line = "SKIP phase B (vLLM 0.24.0 with sleep mode): the bundle was built without --with-vllm"
+    assert gpu_bundle.phase_b_skip({"format": 1}) == gpu_bundle.phase_b_skip({"phase_b": False}) == line
+    assert gpu_bundle.phase_b_skip({"phase_b": True}) is None
+    assert "--cpu, and the bundle's vLLM wheels are CUDA builds" in gpu_bundle.phase_b_skip({"phase_b": True}, True)
+    (tmp_path / gpu_bundle.MANIFEST).write_text(json.dumps({"format": gpu_bundle.FORMAT, "phase_b": False}))
+    assert gpu_bundle.main(["phase-b", str(tmp_path)]) == 1
+    assert capsys.readouterr().out == line + "\n"
+    (tmp_path / gpu_bundle.MANIFEST).write_text(json.dumps({"format": gpu_bundle.FORMAT, "phase_b": True}))
+    assert gpu_bundle.main(["phase-b", str(tmp_path)]) == 0 and capsys.readouterr().out == ""
+
+
+def test_phase_b_needs_the_glibc_its_wheels_are_built_for():
+    names = ["a-1-py3-none-any.whl", "x-1-cp311-cp311-manylinux_2_17_x86_64.manylinux2014_x86_64.whl"]
+    assert gpu_bundle.glibc_needed(names) == (2, 17)
+    names += ["tilelang-0.1.9-cp38-abi3-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl"]
+    assert gpu_bundle.glibc_needed(names) == (2, 27)  # a wheel's lowest tag
+    assert gpu_bundle.glibc_needed([*names, "llguidance-1.7.6-cp39-abi3-manylinux_2_31_x86_64.whl"]) == (2, 31)
+    manifest = {"phase_b": True, "vllm_glibc": "2.31"}
+    assert gpu_bundle.phase_b_skip(manifest, glibc="2.31") is None
+    assert gpu_bundle.phase_b_skip(manifest, glibc="2.28") == (
+        "SKIP phase B (vLLM 0.24.0 with sleep mode): the image has glibc 2.28; the bundle's vLLM wheels need 2.31 "
+        "or newer"
+    )

@@ -360,6 +360,41 @@ def test_bundle_builds_with_gpu_bundle_and_from_bundle_unpacks_installs_offline_
     assert phase_a[3:] == ["--rollout", "hf", "--out", str(work / "gpu_check_out"), "--dry-run", "--cpu", "--gpu", "1"]
 
 
+def _bundle_dry_run(tmp_path, phase_b: bool, *args: str) -> tuple[list[list[str]], str]:
+    """``--from-bundle`` dry run on a bundle whose MANIFEST.json says whether it carries phase B's wheels: the
+    commands and the printed text."""
+    bundle = tmp_path / "b"
+    bundle.mkdir()
+    (bundle / "MANIFEST.json").write_text(json.dumps({"format": 1, "python": "3.11", "phase_b": phase_b}))
+    command = ["bash", str(SCRIPT), "--dry-run", "--from-bundle", str(bundle), "--work", str(tmp_path / "w"), *args]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=10)
+    assert result.returncode == 0, result.stderr
+    return [shlex.split(line[2:]) for line in result.stdout.splitlines() if line.startswith("+ ")], result.stdout
+
+
+def test_from_bundle_with_vllm_wheels_installs_them_into_the_same_venv_and_runs_phase_b_with_vllm(tmp_path):
+    commands, _ = _bundle_dry_run(tmp_path, True, "--gpu", "1", "--out", str(tmp_path / "o"))
+    _, _, install_a, phase_a, install_b, phase_b = commands
+    work = tmp_path / "w"
+    assert install_b[: len(install_a) - 2] == install_a[:-2]  # the same venv, offline, under phase A's pins
+    vllm_pins = str(work / "wheels" / "pins-vllm.txt")
+    assert install_b[len(install_a) - 2 :] == ["-c", vllm_pins, "-r", vllm_pins, "-e", f"{work / 'repo'}[gpu]"]
+    assert phase_a[3:] == ["--rollout", "hf", "--out", str(tmp_path / "o"), "--dry-run", "--gpu", "1"]
+    assert phase_b[:3] == phase_a[:3]
+    assert phase_b[3:] == ["--rollout", "vllm", "--out", str(tmp_path / "o_vllm"), "--dry-run", "--gpu", "1"]
+
+
+@pytest.mark.parametrize(
+    ("phase_b", "cpu", "reason"),
+    [(False, (), "the bundle was built without --with-vllm"), (True, ("--cpu",), "--cpu, and the bundle's vLLM")],
+)
+def test_from_bundle_without_vllm_wheels_or_on_cpu_phase_b_is_one_skip_line(tmp_path, phase_b, cpu, reason):
+    commands, printed = _bundle_dry_run(tmp_path, phase_b, *cpu)
+    assert [c[3:5] for c in commands if "--rollout" in c] == [["--rollout", "hf"]]  # phase A only
+    (skip,) = [line for line in printed.splitlines() if "phase B" in line]
+    assert skip.startswith("SKIP phase B (vLLM 0.24.0 with sleep mode): " + reason)
+
+
 def test_without_a_gpu_the_memory_check_is_a_skip_not_a_failure(tmp_path):
     _good_run(tmp_path)
     checks = gpu_check.run_checks(tmp_path, 0, 0.05, 8.0, 0.05)
