@@ -64,8 +64,7 @@
 # On a GPU, actors, references, the critic and the servers run in bfloat16 (set, not left to verl's defaults).
 set -euo pipefail
 SELF=$(realpath "$0")
-cd "$(dirname "$0")/.."
-REPO=$PWD
+REPO=$(realpath "$(dirname "$0")/..")  # the paths given are read from where the command is typed, then: cd "$REPO"
 VENV=$REPO/.venv
 OUT=$REPO/gpu_check_out
 OUT_GIVEN=0
@@ -114,6 +113,8 @@ while [ $# -gt 0 ]; do
     *) echo "gpu_check.sh: unknown argument '$1' (see the header of scripts/gpu_check.sh)" >&2; exit 2 ;;
   esac
 done
+case $PYTHON in */*) PYTHON=$(realpath -m "$PYTHON") ;; esac  # a path (not a name on PATH): from where it was typed
+cd "$REPO"
 PY=$VENV/bin/python
 
 # print a command as it would be typed, then run it unless --dry-run

@@ -360,6 +360,21 @@ def test_bundle_builds_with_gpu_bundle_and_from_bundle_unpacks_installs_offline_
     assert phase_a[3:] == ["--rollout", "hf", "--out", str(work / "gpu_check_out"), "--dry-run", "--cpu", "--gpu", "1"]
 
 
+def test_relative_paths_are_read_from_where_the_command_is_typed(tmp_path):
+    """Before, the script moved to the repository before reading its arguments: ``--bundle b`` typed in a user's
+    folder built into the repository's ``b``, and a relative ``--python`` named a file that was not there."""
+    (tmp_path / "bin").mkdir()
+    command = ["bash", str(SCRIPT), "--dry-run", "--bundle", "b", "--python", "bin/python3"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=10, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    (build,) = [shlex.split(line[2:]) for line in result.stdout.splitlines() if line.startswith("+ ")]
+    assert build[0] == str(tmp_path / "bin" / "python3") and build[3] == str(tmp_path / "b"), build
+    result = subprocess.run(["bash", str(SCRIPT), "--dry-run", "--from-bundle", "b"], capture_output=True, text=True,
+                            timeout=10, cwd=tmp_path)  # fmt: skip
+    unpack = shlex.split(next(line[2:] for line in result.stdout.splitlines() if line.startswith("+ ")))
+    assert unpack[3:] == [str(tmp_path / "b"), str(tmp_path / "mlmt-gpu-check")], unpack  # --work's default too
+
+
 def _bundle_dry_run(tmp_path, phase_b: bool, *args: str) -> tuple[list[list[str]], str]:
     """``--from-bundle`` dry run on a bundle whose MANIFEST.json says whether it carries phase B's wheels: the
     commands and the printed text."""
