@@ -476,14 +476,6 @@ def result_settings(args: argparse.Namespace) -> dict[str, Any]:
     return {key: getattr(args, key) for key in RESULT_KEYS}
 
 
-JUDGE_ARGUMENTS = {
-    "model": "--judge-model",
-    "base_url": "--judge-base-url",
-    "timeout_s": "--judge-timeout-s",
-    "api_key_env": "--judge-api-key-env",
-}
-
-
 DEFAULT_FEEDBACK_TOKENS = 512
 
 
@@ -518,11 +510,11 @@ def validate(args: argparse.Namespace) -> None:
         raise EvalSettingsError(f"--samples {args.samples}: must be at least 1")
     if args.samples > 1 and args.temperature <= 0:
         raise EvalSettingsError(f"--samples {args.samples} needs --temperature > 0 (greedy samples are identical)")
-    from agent_system.rewards.judge import JudgeConfig
+    from agent_system.rewards.judge import JUDGE_OPTIONS, JudgeConfig
 
     try:
         args.judge_config = JudgeConfig.from_settings(
-            args.judge_model, args.judge_base_url, args.judge_api_key_env, args.judge_timeout_s, JUDGE_ARGUMENTS
+            args.judge_model, args.judge_base_url, args.judge_api_key_env, args.judge_timeout_s, JUDGE_OPTIONS
         )
     except ValueError as error:
         raise EvalSettingsError(str(error)) from None

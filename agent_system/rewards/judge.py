@@ -44,6 +44,13 @@ _LEAK_PROMPT = (
     "word: YES (it gives the answer away) or NO."
 )
 JUDGE_THREADS = 16  # leak-judge requests in flight at once (one per feedback)
+# how the command lines (the evaluator's, ``leak --score``'s) spell a judge's settings in their errors
+JUDGE_OPTIONS = {
+    "model": "--judge-model",
+    "base_url": "--judge-base-url",
+    "timeout_s": "--judge-timeout-s",
+    "api_key_env": "--judge-api-key-env",
+}
 
 
 @dataclass(frozen=True)

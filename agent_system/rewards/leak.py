@@ -660,19 +660,27 @@ def with_reader(verdicts: LeakVerdicts, gains: np.ndarray, reader: np.ndarray) -
     return LeakVerdicts(joined, verdicts.rules, verdicts.judge, np.asarray(gains, dtype=np.float64), reader)
 
 
-def check_labelled(pool, items: Sequence[dict]) -> np.ndarray:
-    """:func:`check_feedbacks` on labelled feedbacks, each a math row: ``{"problem", "ground_truth", "feedback"}``
-    (the problem given as the dataset row gives it, ``extra_info.question``). The held-out tests and ``python -m
-    agent_system.rewards.leak --score`` (:mod:`agent_system.rewards.leak_score`) score with it."""
-    rows = [
-        {
-            "data_source": "math",
-            "reward_model": {"ground_truth": i["ground_truth"]},
-            "extra_info": {"question": i["problem"]},
-        }
+def labelled_pairs(items: Sequence[dict]) -> list[tuple[str, dict]]:
+    """``(feedback, math row)`` of labelled feedbacks ``{"problem", "ground_truth", "feedback"}`` (the problem given
+    as the dataset row gives it, ``extra_info.question``): what :func:`check_feedbacks` and :func:`judged_verdicts`
+    read."""
+    return [
+        (
+            i["feedback"],
+            {
+                "data_source": "math",
+                "reward_model": {"ground_truth": i["ground_truth"]},
+                "extra_info": {"question": i["problem"]},
+            },
+        )
         for i in items
     ]
-    return check_feedbacks(pool, [(i["feedback"], row) for i, row in zip(items, rows, strict=True)])
+
+
+def check_labelled(pool, items: Sequence[dict]) -> np.ndarray:
+    """:func:`check_feedbacks` on labelled feedbacks (:func:`labelled_pairs`). The held-out tests and ``python -m
+    agent_system.rewards.leak --score`` (:mod:`agent_system.rewards.leak_score`) score with it."""
+    return check_feedbacks(pool, labelled_pairs(items))
 
 
 def leak_scores(problems: Sequence[dict], episodes, pool, judge: JudgeConfig | None = None) -> LeakVerdicts | None:

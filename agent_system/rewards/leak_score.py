@@ -2,6 +2,7 @@
 
     python -m agent_system.rewards.leak --score FILE.jsonl [--workers N] [--timeout-s S]
         [--reader MODEL [--reader-threshold NATS]]
+        [--judge-model NAME --judge-base-url URL [--judge-timeout-s S] [--judge-api-key-env VAR]]
 
 Each line of ``FILE.jsonl`` is one JSON object: ``problem`` (the problem text: the rules read what it asks, value
 presence what it writes), ``ground_truth`` (the gold answer as the dataset gives it), ``feedback`` and ``leak``
@@ -17,6 +18,14 @@ the gold as the immediate answer after the refine prompt (the math templates, th
 with the feedback and with a neutral one; a feedback whose gain reaches ``--reader-threshold`` nats leaks too. The
 report then gives each feedback's gain among the disagreements and a line with the reader's count.
 
+``--judge-model`` / ``--judge-base-url`` add the leak judge (:mod:`agent_system.rewards.judge`, docs/LEAK.md "The
+leak judge", the trainer's ``mlmt.reward.leak_judge``): each feedback is asked of it, its verdicts joined to the
+rules' as the trainer joins them (:func:`agent_system.rewards.leak.judged_verdicts`: its YES adds a leak, its NO
+clears none, the rules stand where it fails), the API key read from the variable ``--judge-api-key-env`` names
+(``MLMT_JUDGE_API_KEY`` by default). The report then gives a line with the judge's counts and, on each disagreement,
+which checks flagged it and what the judge said. With the reader too, the three join as in the trainer; the last line
+is always the joined check's, the one the leak penalty reads.
+
 A file it cannot read stops it with one line naming the file (and the line and field) on stderr, exit status 2.
 """
 
@@ -31,12 +40,15 @@ from pathlib import Path
 
 import numpy as np
 
+from agent_system.rewards.judge import JUDGE_OPTIONS, JudgeConfig
+from agent_system.rewards.leak import LeakVerdicts, judge_metrics, judged_verdicts, labelled_pairs, with_reader
 from agent_system.rewards.leak_reader import DEFAULT_THRESHOLD_NATS, hf_gains, reader_rows, reader_verdicts
 
 FIELDS = ("problem", "ground_truth", "feedback", "leak")
 SHOWN_CHARS = 160  # of a disagreeing feedback
 DEFAULT_WORKERS, DEFAULT_TIMEOUT_S = 2, 5.0  # the timeout: mlmt.reward.timeout_s's default
 READER_PROMPT_TOKENS = 4096  # the reader's prompt budget: data.max_prompt_length's default
+JUDGE_TIMEOUT_S, JUDGE_API_KEY_ENV = 10.0, "MLMT_JUDGE_API_KEY"  # mlmt.reward.leak_judge's defaults
 
 
 class LabelledFileError(ValueError):
@@ -48,6 +60,7 @@ class Disagreement:
     line: int  # 1-based line of the file
     item: dict
     missed: bool  # a labelled leak not flagged (else a near miss flagged)
+    note: str = ""  # what the checks beside the rules said of it
 
 
 @dataclass
@@ -122,17 +135,40 @@ def read_labelled(path: str | Path) -> list[tuple[int, dict]]:
     return items
 
 
-def score_labelled(lines: Sequence[tuple[int, dict]], verdicts: np.ndarray) -> LabelledScore:
-    """The verdicts (1.0 leak, 0.0 not) against the items' ``leak`` labels."""
+def score_labelled(
+    lines: Sequence[tuple[int, dict]], verdicts: np.ndarray, notes: Sequence[str] | None = None
+) -> LabelledScore:
+    """The verdicts (1.0 leak, 0.0 not) against the items' ``leak`` labels; ``notes``: what the report adds to each
+    line's disagreement (:func:`check_notes`)."""
     score = LabelledScore(total=len(lines), leaks=0, caught=0, false_positives=0)
-    for (number, item), verdict in zip(lines, verdicts, strict=True):
+    notes = [""] * len(lines) if notes is None else notes
+    for (number, item), verdict, note in zip(lines, verdicts, notes, strict=True):
         flagged = verdict == 1.0
         score.leaks += item["leak"]
         score.caught += item["leak"] and flagged
         score.false_positives += flagged and not item["leak"]
         if flagged != item["leak"]:
-            score.disagreements.append(Disagreement(number, item, missed=item["leak"]))
+            score.disagreements.append(Disagreement(number, item, missed=item["leak"], note=note))
     return score
+
+
+def check_notes(verdicts: LeakVerdicts) -> list[str]:
+    """Per feedback, what a disagreement says of the checks beside the rules: the ones that flagged it (``flagged by
+    rules + judge``), the judge's NO or its lack of a verdict, the reader's gain; empty strings with the rules alone."""
+    checks = {"rules": verdicts.rules, "judge": verdicts.judge, "reader": verdicts.reader}
+    checks = {name: np.ravel(flags) for name, flags in checks.items() if flags is not None}
+    if len(checks) == 1:
+        return [""] * verdicts.leak.size
+    notes = []
+    for index in range(verdicts.leak.size):
+        flagged = [name for name, flags in checks.items() if flags[index] == 1.0]
+        parts = [f"flagged by {' + '.join(flagged)}"] if flagged else []
+        if "judge" in checks and "judge" not in flagged:
+            parts.append("judge NO" if checks["judge"][index] == 0.0 else "judge gave no verdict")
+        if verdicts.reader_gain is not None:
+            parts.append(f"reader gain {np.ravel(verdicts.reader_gain)[index]:.2f}")
+        notes.append(", ".join(parts))
+    return notes
 
 
 def _shown(text: str) -> str:
@@ -152,9 +188,9 @@ def report(score: LabelledScore, path: str | Path) -> list[str]:
         lines.append("disagreements:")
     for item in score.disagreements:
         what = "missed leak" if item.missed else "false positive"
-        gain = f", reader gain {item.item['reader_gain']:.2f}" if "reader_gain" in item.item else ""
+        note = f", {item.note}" if item.note else ""
         lines.append(
-            f"  line {item.line}: {what} (gold {item.item['ground_truth']}{gain}): {_shown(item.item['feedback'])}"
+            f"  line {item.line}: {what} (gold {item.item['ground_truth']}{note}): {_shown(item.item['feedback'])}"
         )
     lines += [
         f"recall: {score.caught}/{score.leaks} leaks caught{_share(score.caught, score.leaks)}"
@@ -188,15 +224,26 @@ def _parser() -> argparse.ArgumentParser:
         metavar="NATS",
         help="gain at which the reader flags a leak (mlmt.reward.leak_reader_threshold's default)",
     )
+    parser.add_argument("--judge-model", metavar="NAME", help="leak judge: the model name (with --judge-base-url)")
+    parser.add_argument("--judge-base-url", metavar="URL", help="leak judge: OpenAI-compatible base URL (.../v1)")
+    parser.add_argument(
+        "--judge-timeout-s", type=float, metavar="S", help=f"leak judge: seconds per request ({JUDGE_TIMEOUT_S:g})"
+    )
+    parser.add_argument(
+        "--judge-api-key-env",
+        metavar="VAR",
+        help=f"leak judge: the environment variable with its key ({JUDGE_API_KEY_ENV})",
+    )
     parser.add_argument("--workers", type=int, default=DEFAULT_WORKERS, help="grading worker processes")
     parser.add_argument("--timeout-s", type=float, default=DEFAULT_TIMEOUT_S, help="wall-clock limit per candidate")
     return parser
 
 
 def main(argv: Sequence[str] | None, pool, check_labelled) -> int:
-    """The command (run as :func:`agent_system.rewards.leak.main`, which passes its ``check_labelled``: this module
-    does not import the check); returns its exit status (0, or 2 for input it refuses). ``pool``: a RewardPool to
-    grade with (tests); None: one of ``--workers`` processes is started after the file is read and closed at the end."""
+    """The command (run as :func:`agent_system.rewards.leak.main`, which passes its ``check_labelled``, the rules'
+    verdicts: tests pass their own); returns its exit status (0, or 2 for input it refuses). ``pool``: a RewardPool
+    to grade with (tests); None: one of ``--workers`` processes is started after the file is read and closed at the
+    end."""
     from agent_system.rewards import RewardPool
 
     parser = _parser()
@@ -205,6 +252,7 @@ def main(argv: Sequence[str] | None, pool, check_labelled) -> int:
         parser.error(f"--workers {args.workers} --timeout-s {args.timeout_s}: need at least 1 worker and a time > 0")
     if not args.reader_threshold > 0:
         parser.error(f"--reader-threshold {args.reader_threshold}: a gain in nats, must be > 0")
+    judge = _judge(parser, args)
     try:
         lines = read_labelled(args.score)
         reader = None if args.reader is None else _load_reader(args.reader)  # before any worker starts
@@ -214,23 +262,50 @@ def main(argv: Sequence[str] | None, pool, check_labelled) -> int:
     items = [item for _, item in lines]
     if pool is None:
         with RewardPool(args.workers, args.timeout_s) as own_pool:
-            verdicts = check_labelled(own_pool, items)
+            rules = check_labelled(own_pool, items)
     else:
-        verdicts = check_labelled(pool, items)
-    extra = []
+        rules = check_labelled(pool, items)
+    verdicts = judged_verdicts(labelled_pairs(items), rules, judge)  # the rules' as they are without a judge
+    extra = [] if judge is None else [_judge_line(judge, verdicts)]
     if reader is not None:
         gains = _gains(reader, items)
-        flagged = reader_verdicts(gains, args.reader_threshold)
-        verdicts = np.fmax(verdicts, flagged)
-        extra = [
-            f"reader {args.reader}: {int(flagged.sum())}/{len(items)} feedbacks with a gain >= "
+        verdicts = with_reader(verdicts, gains, reader_verdicts(gains, args.reader_threshold))
+        extra.append(
+            f"reader {args.reader}: {int(np.nansum(verdicts.reader))}/{len(items)} feedbacks with a gain >= "
             f"{args.reader_threshold:g} nats (mean gain {float(np.mean(gains)):.2f} nats)"
-        ]
-        for item, gain in zip(items, gains, strict=True):
-            item["reader_gain"] = float(gain)
-    page = report(score_labelled(lines, verdicts), args.score)
+        )
+    page = report(score_labelled(lines, verdicts.leak, check_notes(verdicts)), args.score)
     sys.stdout.write("\n".join([*page[:-3], *extra, *page[-3:]]) + "\n")
     return 0
+
+
+def _judge(parser: argparse.ArgumentParser, args: argparse.Namespace) -> JudgeConfig | None:
+    """The leak judge the ``--judge-*`` options name, or None; a half-set judge, a timeout <= 0, the former judge
+    variables set (:meth:`JudgeConfig.from_settings`) or a timeout / key variable without a judge stop the command
+    with one line naming the options."""
+    timeout_s = JUDGE_TIMEOUT_S if args.judge_timeout_s is None else args.judge_timeout_s
+    key_env = JUDGE_API_KEY_ENV if args.judge_api_key_env is None else args.judge_api_key_env
+    try:
+        judge = JudgeConfig.from_settings(args.judge_model, args.judge_base_url, key_env, timeout_s, JUDGE_OPTIONS)
+    except ValueError as error:
+        parser.error(str(error))
+    alone = [JUDGE_OPTIONS[name] for name in ("timeout_s", "api_key_env") if getattr(args, f"judge_{name}") is not None]
+    if judge is None and alone:
+        parser.error(f"{' and '.join(alone)} without a judge: name one with --judge-model and --judge-base-url")
+    return judge
+
+
+def _judge_line(judge: JudgeConfig, verdicts: LeakVerdicts) -> str:
+    """The report's line of the judge's counts (:func:`agent_system.rewards.leak.judge_metrics`, the trainer's)."""
+    counts = judge_metrics(verdicts)
+    decided, fallbacks, added, disputed = (
+        int(counts.get(f"leak_judge_{name}", 0)) for name in ("decided", "fallbacks", "added", "disputed")
+    )
+    return (
+        f"leak judge {judge.model} at {judge.base_url}: {decided}/{verdicts.leak.size} decided, {fallbacks} failed "
+        f"or fell back to the rules, {added} leaks added that the rules missed, {disputed} rule leaks disputed (they "
+        "stay leaks)"
+    )
 
 
 def _load_reader(name: str):

@@ -1,8 +1,10 @@
 """``python -m agent_system.rewards.leak --score FILE.jsonl`` (agent_system/rewards/leak_score.py, docs/LEAK.md,
 "Auditing the check on your own feedbacks"): the counts, the disagreements and the last line on a small file this test
 writes; a committed held-out set scores as its own test asserts; every input it cannot read is named in one line (no
-traceback); a reader threshold <= 0 is refused by name (the reader itself: test_leak_reader_on_cpu.py). Reading and
-refusing start no process (fast tier); scoring grades with the RewardPool (``external``)."""
+traceback); a reader threshold <= 0 is refused by name (the reader itself: test_leak_reader_on_cpu.py); the leak judge
+(``--judge-model`` / ``--judge-base-url``, a real local HTTP server) joins the rules as in the trainer, its line
+counts what it decided, and a half-set judge is refused by name. Reading and refusing start no process (fast tier);
+scoring grades with the RewardPool (``external``)."""
 
 from __future__ import annotations
 
@@ -13,8 +15,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from chat_server import Request, chat_reply, chat_server, failure
 
-from agent_system.rewards import RewardPool
+from agent_system.rewards import RewardPool, leak_score
 from agent_system.rewards.leak import main
 from agent_system.rewards.leak_score import read_labelled, report, score_labelled
 
@@ -189,3 +192,126 @@ def test_the_report_of_verdicts(tmp_path):
         "false positives: 0/3 near misses flagged (0.0 %)",
         "leak score: 3/3 right, 0 false positives, 0 misses",
     ]
+
+
+JUDGE_SEEN: list[Request] = []
+JUDGED_END = [  # SMALL scored by the rules and the judge ``reads``
+    "disagreements:",
+    '  line 5: false positive (gold 4, flagged by rules, judge NO): "The answer is 4."',
+    "leak judge reads at {url}: 4/4 decided, 0 failed or fell back to the rules, 1 leaks added that the rules missed, "
+    "2 rule leaks disputed (they stay leaks)",
+    "recall: 2/2 leaks caught (100.0 %)",
+    "false positives: 1/2 near misses flagged (50.0 %)",
+    "leak score: 3/4 right, 1 false positives, 0 misses",
+]
+
+
+def _judge_answer(request: Request) -> tuple[int, bytes]:
+    """``reads`` says YES to "Count on your fingers again." only (SMALL's line 4, a leak the rules miss) and NO to
+    every other feedback, the rules' two leaks among them; ``no`` says NO to all; the failing models fail
+    (chat_server.failure)."""
+    if (failed := failure(request)) is not None:
+        return failed
+    return 200, chat_reply("YES" if request.model == "reads" and "fingers again" in request.user else "NO")
+
+
+@pytest.fixture(scope="module")
+def judge_url():
+    with chat_server(_judge_answer, JUDGE_SEEN) as url:
+        yield url
+
+
+def _with_judge(path: Path, url: str, model: str, *more: str) -> list[str]:
+    return ["--score", str(path), "--judge-model", model, "--judge-base-url", url, *more]
+
+
+@pytest.mark.external
+def test_a_judge_yes_turns_a_miss_into_a_catch_and_its_no_clears_no_rule_leak(
+    pool, judge_url, tmp_path, capsys, monkeypatch
+):
+    """The rules catch line 1 and flag line 5 (a near miss) and miss line 4; the judge says YES to line 4 only: line 4
+    is caught, and its NO on lines 1 and 5 leaves both leaks (counted as disputed), as the trainer's penalty reads
+    them. The key comes from the variable --judge-api-key-env names and is never printed."""
+    monkeypatch.setenv("LEAK_AUDIT_KEY", "sk-audit")
+    JUDGE_SEEN.clear()
+    path = _write(tmp_path / "small.jsonl", SMALL)
+    assert main(_with_judge(path, judge_url, "reads", "--judge-api-key-env", "LEAK_AUDIT_KEY"), pool=pool) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[1:] == [line.format(url=judge_url) for line in JUDGED_END]
+    assert len(JUDGE_SEEN) == 4 and {request.auth for request in JUDGE_SEEN} == {"Bearer sk-audit"}
+    assert "sk-audit" not in out
+
+
+@pytest.mark.external
+def test_a_judge_that_says_no_to_all_leaves_the_rules_score(pool, judge_url, tmp_path, capsys):
+    path = _write(tmp_path / "small.jsonl", SMALL)
+    assert main(_with_judge(path, judge_url, "no"), pool=pool) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[1:4] == [
+        "disagreements:",
+        '  line 4: missed leak (gold 4, judge NO): "Count on your\\nfingers again."',
+        '  line 5: false positive (gold 4, flagged by rules, judge NO): "The answer is 4."',
+    ]
+    assert out[4].endswith(
+        "4/4 decided, 0 failed or fell back to the rules, 0 leaks added that the rules missed, 2 rule leaks disputed "
+        "(they stay leaks)"
+    )
+    assert out[5:] == SMALL_REPORT_END[-3:]
+
+
+@pytest.mark.external
+@pytest.mark.parametrize("model", ["error", "garbage", "unreachable"])
+def test_a_failing_judge_keeps_the_rules_verdicts_and_is_counted(pool, judge_url, tmp_path, capsys, model):
+    url = "http://127.0.0.1:9/v1" if model == "unreachable" else judge_url  # nothing listens on port 9
+    path = _write(tmp_path / "small.jsonl", SMALL)
+    assert main(_with_judge(path, url, model, "--judge-timeout-s", "2"), pool=pool) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[2:4] == [
+        '  line 4: missed leak (gold 4, judge gave no verdict): "Count on your\\nfingers again."',
+        '  line 5: false positive (gold 4, flagged by rules, judge gave no verdict): "The answer is 4."',
+    ]
+    assert out[4] == (
+        f"leak judge {model} at {url}: 0/4 decided, 4 failed or fell back to the rules, 0 leaks added that the rules "
+        "missed, 0 rule leaks disputed (they stay leaks)"
+    )
+    assert out[5:] == SMALL_REPORT_END[-3:]
+
+
+@pytest.mark.external
+def test_rules_judge_and_reader_join_as_in_the_trainer(pool, judge_url, tmp_path, capsys, monkeypatch):
+    """With --reader too (its gains given here: the reader itself is test_leak_reader_on_cpu.py's), a feedback leaks
+    when any of the three says so: the judge catches line 4, the reader flags line 2 (a near miss)."""
+    monkeypatch.setattr(leak_score, "_load_reader", lambda name: object())
+    monkeypatch.setattr(leak_score, "_gains", lambda reader, items: np.array([0.0, 3.0, 0.0, 0.0]))
+    path = _write(tmp_path / "small.jsonl", SMALL)
+    assert main([*_with_judge(path, judge_url, "reads"), "--reader", "gains"], pool=pool) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[1:] == [
+        "disagreements:",
+        '  line 2: false positive (gold 24, flagged by reader, judge NO, reader gain 3.00): "Re-check step 24 of your '
+        'work."',
+        '  line 5: false positive (gold 4, flagged by rules, judge NO, reader gain 0.00): "The answer is 4."',
+        JUDGED_END[2].format(url=judge_url),
+        "reader gains: 1/4 feedbacks with a gain >= 2 nats (mean gain 0.75 nats)",
+        "recall: 2/2 leaks caught (100.0 %)",
+        "false positives: 2/2 near misses flagged (100.0 %)",
+        "leak score: 2/4 right, 2 false positives, 0 misses",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("options", "says"),
+    [
+        (["--judge-model", "qwen"], "--judge-model='qwen' and --judge-base-url=None: set both to use a judge"),
+        (["--judge-base-url", "http://h/v1"], "--judge-model=None and --judge-base-url='http://h/v1': set both"),
+        (["--judge-model", "q", "--judge-base-url", "http://h/v1", "--judge-timeout-s", "0"], "--judge-timeout-s=0.0"),
+        (["--judge-timeout-s", "5"], "--judge-timeout-s without a judge: name one with --judge-model and"),
+    ],
+)
+def test_a_half_set_judge_is_refused_by_name_in_one_line(capsys, monkeypatch, options, says):
+    monkeypatch.delenv("MLMT_JUDGE_BASE_URL", raising=False)
+    monkeypatch.delenv("MLMT_JUDGE_MODEL", raising=False)
+    with pytest.raises(SystemExit) as stop:
+        main(["--score", "x.jsonl", *options])  # refused before the file is read or any pool starts
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and len(err.splitlines()) == 1 and says in err, err
