@@ -801,10 +801,13 @@ def hl_leak_penalty(
 
 def main(argv: Sequence[str] | None = None, pool=None) -> int:
     """``python -m agent_system.rewards.leak --score FILE.jsonl``: this check on labelled feedbacks
-    (:mod:`agent_system.rewards.leak_score`, docs/LEAK.md); returns the exit status."""
+    (:mod:`agent_system.rewards.leak_score`, docs/LEAK.md), given this module to check and join with (the audit does
+    not import the check it audits); returns the exit status."""
+    import sys
+
     from agent_system.rewards.leak_score import main as score
 
-    return score(argv, pool, check_labelled)
+    return score(argv, pool, sys.modules[__name__])
 
 
 if __name__ == "__main__":

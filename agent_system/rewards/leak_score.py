@@ -37,11 +37,11 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 
 import numpy as np
 
 from agent_system.rewards.judge import JUDGE_OPTIONS, JudgeConfig
-from agent_system.rewards.leak import LeakVerdicts, judge_metrics, judged_verdicts, labelled_pairs, with_reader
 from agent_system.rewards.leak_reader import DEFAULT_THRESHOLD_NATS, hf_gains, reader_rows, reader_verdicts
 
 FIELDS = ("problem", "ground_truth", "feedback", "leak")
@@ -152,7 +152,7 @@ def score_labelled(
     return score
 
 
-def check_notes(verdicts: LeakVerdicts) -> list[str]:
+def check_notes(verdicts) -> list[str]:
     """Per feedback, what a disagreement says of the checks beside the rules: the ones that flagged it (``flagged by
     rules + judge``), the judge's NO or its lack of a verdict, the reader's gain; empty strings with the rules alone."""
     checks = {"rules": verdicts.rules, "judge": verdicts.judge, "reader": verdicts.reader}
@@ -239,11 +239,11 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None, pool, check_labelled) -> int:
-    """The command (run as :func:`agent_system.rewards.leak.main`, which passes its ``check_labelled``, the rules'
-    verdicts: tests pass their own); returns its exit status (0, or 2 for input it refuses). ``pool``: a RewardPool
-    to grade with (tests); None: one of ``--workers`` processes is started after the file is read and closed at the
-    end."""
+def main(argv: Sequence[str] | None, pool, check: ModuleType) -> int:
+    """The command (run as :func:`agent_system.rewards.leak.main`, which passes its own module as ``check``: the
+    rules' verdicts and the trainer's ways of joining the judge's and the reader's to them); returns its exit status
+    (0, or 2 for input it refuses). ``pool``: a RewardPool to grade with (tests); None: one of ``--workers`` processes
+    is started after the file is read and closed at the end."""
     from agent_system.rewards import RewardPool
 
     parser = _parser()
@@ -262,14 +262,14 @@ def main(argv: Sequence[str] | None, pool, check_labelled) -> int:
     items = [item for _, item in lines]
     if pool is None:
         with RewardPool(args.workers, args.timeout_s) as own_pool:
-            rules = check_labelled(own_pool, items)
+            rules = check.check_labelled(own_pool, items)
     else:
-        rules = check_labelled(pool, items)
-    verdicts = judged_verdicts(labelled_pairs(items), rules, judge)  # the rules' as they are without a judge
-    extra = [] if judge is None else [_judge_line(judge, verdicts)]
+        rules = check.check_labelled(pool, items)
+    verdicts = check.judged_verdicts(check.labelled_pairs(items), rules, judge)  # the rules' alone without a judge
+    extra = [] if judge is None else [_judge_line(judge, verdicts, check)]
     if reader is not None:
         gains = _gains(reader, items)
-        verdicts = with_reader(verdicts, gains, reader_verdicts(gains, args.reader_threshold))
+        verdicts = check.with_reader(verdicts, gains, reader_verdicts(gains, args.reader_threshold))
         extra.append(
             f"reader {args.reader}: {int(np.nansum(verdicts.reader))}/{len(items)} feedbacks with a gain >= "
             f"{args.reader_threshold:g} nats (mean gain {float(np.mean(gains)):.2f} nats)"
@@ -295,9 +295,9 @@ def _judge(parser: argparse.ArgumentParser, args: argparse.Namespace) -> JudgeCo
     return judge
 
 
-def _judge_line(judge: JudgeConfig, verdicts: LeakVerdicts) -> str:
+def _judge_line(judge: JudgeConfig, verdicts, check: ModuleType) -> str:
     """The report's line of the judge's counts (:func:`agent_system.rewards.leak.judge_metrics`, the trainer's)."""
-    counts = judge_metrics(verdicts)
+    counts = check.judge_metrics(verdicts)
     decided, fallbacks, added, disputed = (
         int(counts.get(f"leak_judge_{name}", 0)) for name in ("decided", "fallbacks", "added", "disputed")
     )

@@ -141,7 +141,7 @@ def test_the_reader_joins_the_leak_verdict_and_moves_the_penalty():
     assert np.isnan(unread.leak).all() and leak.check_metrics(unread.leak_check) == {"leak_reader_read": 0.0}
 
 
-def test_score_with_a_reader_flags_what_the_rules_miss(tmp_path, capsys):
+def test_score_with_a_reader_flags_what_the_rules_miss(tmp_path, capsys, monkeypatch):
     path, _, _ = _smollm2()
     lines = [
         {"problem": PROBLEM, "ground_truth": GOLD, "attempt": ATTEMPT, "feedback": STATED, "leak": True},
@@ -153,13 +153,12 @@ def test_score_with_a_reader_flags_what_the_rules_miss(tmp_path, capsys):
     def nothing_found(pool, items):  # the rules as if they caught nothing: the reader alone decides
         return np.zeros(len(items))
 
-    from agent_system.rewards.leak_score import main as score
-
-    assert score(["--score", str(file), "--reader", path], object(), nothing_found) == 0
+    monkeypatch.setattr(leak, "check_labelled", nothing_found)
+    assert leak.main(["--score", str(file), "--reader", path], object()) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[-1] == "leak score: 2/2 right, 0 false positives, 0 misses"
     assert out[-4].startswith(f"reader {path}: 1/2 feedbacks with a gain >= {DEFAULT_THRESHOLD_NATS:g} nats")
-    assert score(["--score", str(file), "--reader", str(tmp_path / "none")], object(), nothing_found) == 2
+    assert leak.main(["--score", str(file), "--reader", str(tmp_path / "none")], object()) == 2
     assert "--reader" in capsys.readouterr().err
 
 
