@@ -88,6 +88,7 @@ from agent_system.eval.stats import interval, paired_sign_test, pass_at_k
 from agent_system.multi_turn_rollout.episode import EpisodeRunner, EpisodeSettings, Turn
 from agent_system.multi_turn_rollout.stopping import stop_tokens
 from agent_system.prompts.templates import CHAT_TEMPLATE_DATE, TURNS_OF_FEEDBACK, PromptBuilder, Task
+from agent_system.rewards.judge import JUDGE_API_KEY_ENV, JUDGE_OPTIONS, JUDGE_TIMEOUT_S, JudgeConfig
 from agent_system.rewards.leak import check_feedbacks, leak_rates
 
 logger = logging.getLogger(__name__)
@@ -510,8 +511,6 @@ def validate(args: argparse.Namespace) -> None:
         raise EvalSettingsError(f"--samples {args.samples}: must be at least 1")
     if args.samples > 1 and args.temperature <= 0:
         raise EvalSettingsError(f"--samples {args.samples} needs --temperature > 0 (greedy samples are identical)")
-    from agent_system.rewards.judge import JUDGE_OPTIONS, JudgeConfig
-
     try:
         args.judge_config = JudgeConfig.from_settings(
             args.judge_model, args.judge_base_url, args.judge_api_key_env, args.judge_timeout_s, JUDGE_OPTIONS
@@ -839,9 +838,9 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--judge-model", default=None, help="LLM judge (a column of its own): the model name")
     parser.add_argument("--judge-base-url", default=None, help="LLM judge: OpenAI-compatible base URL (.../v1)")
     parser.add_argument(
-        "--judge-api-key-env", default="MLMT_JUDGE_API_KEY", help="LLM judge: the environment variable with its key"
+        "--judge-api-key-env", default=JUDGE_API_KEY_ENV, help="LLM judge: the environment variable with its key"
     )
-    parser.add_argument("--judge-timeout-s", type=float, default=10.0, help="LLM judge: seconds per request")
+    parser.add_argument("--judge-timeout-s", type=float, default=JUDGE_TIMEOUT_S, help="LLM judge: seconds per request")
 
 
 def main() -> None:

@@ -44,7 +44,10 @@ _LEAK_PROMPT = (
     "word: YES (it gives the answer away) or NO."
 )
 JUDGE_THREADS = 16  # leak-judge requests in flight at once (one per feedback)
-# how the command lines (the evaluator's, ``leak --score``'s) spell a judge's settings in their errors
+# the command lines' defaults (the evaluator's, ``leak --score``'s; the trainer's are its YAML's, the same)
+JUDGE_TIMEOUT_S = 10.0  # seconds per request
+JUDGE_API_KEY_ENV = "MLMT_JUDGE_API_KEY"  # the environment variable holding the key
+# how the command lines spell a judge's settings in their errors
 JUDGE_OPTIONS = {
     "model": "--judge-model",
     "base_url": "--judge-base-url",
@@ -67,7 +70,7 @@ class JudgeConfig:
     base_url: str
     model: str
     api_key: str = field(default="", repr=False)
-    timeout_s: float = 10.0
+    timeout_s: float = JUDGE_TIMEOUT_S
 
     @classmethod
     def from_settings(

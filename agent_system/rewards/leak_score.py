@@ -41,14 +41,13 @@ from types import ModuleType
 
 import numpy as np
 
-from agent_system.rewards.judge import JUDGE_OPTIONS, JudgeConfig
+from agent_system.rewards.judge import JUDGE_API_KEY_ENV, JUDGE_OPTIONS, JUDGE_TIMEOUT_S, JudgeConfig
 from agent_system.rewards.leak_reader import DEFAULT_THRESHOLD_NATS, hf_gains, reader_rows, reader_verdicts
 
 FIELDS = ("problem", "ground_truth", "feedback", "leak")
 SHOWN_CHARS = 160  # of a disagreeing feedback
 DEFAULT_WORKERS, DEFAULT_TIMEOUT_S = 2, 5.0  # the timeout: mlmt.reward.timeout_s's default
 READER_PROMPT_TOKENS = 4096  # the reader's prompt budget: data.max_prompt_length's default
-JUDGE_TIMEOUT_S, JUDGE_API_KEY_ENV = 10.0, "MLMT_JUDGE_API_KEY"  # mlmt.reward.leak_judge's defaults
 
 
 class LabelledFileError(ValueError):
