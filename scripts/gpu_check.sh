@@ -39,7 +39,7 @@
 #                     MANIFEST.json (sha256 of each part), SHA256SUMS, and copies of this script and gpu_bundle.py;
 #                     prints each file's size (scripts/gpu_bundle.py)
 #   --with-vllm       with --bundle: phase B's wheels too (requirements/bundle-phase-b.txt: vLLM 0.24.0 and the rest
-#                     of constraints-gpu.txt that phase A's set and a torch 2.11 image lack; about 1.2 GB more)
+#                     of constraints-gpu.txt that phase A's set and a torch 2.11 image lack; 1.5 GB more for Python 3.11)
 #   --from-bundle DIR there: check every part (one line for a missing or damaged one), unpack into --work W (default
 #                     ./mlmt-gpu-check, new or empty), check --python's torch (the image's; >= 2.11), make W/repo/.venv
 #                     with --system-site-packages, install the wheels offline (pip --no-index), then run phase A
