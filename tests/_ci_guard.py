@@ -28,10 +28,16 @@ process tree holds every worker and what they start, so the peak is that of the 
 peak at about 17 GB), and a sample is charged to the test started last. Each worker looks
 after the processes of its own tests and hands what it killed to the controller through the test's report, so the
 summary lists leftovers from every worker.
+
+Lost workers. When an xdist worker dies in a test (xdist prints only "node down: Not properly terminated"), the
+controller reports, in the summary, how its process ended (its exit status, or the signal that killed it) and the
+last lines of the Ray driver log of the session it had started (``$RAY_TMPDIR/ray/session_*_<its pid>``, where Ray's
+C++ core logs why it ended a driver: a raylet or GCS it lost), so the run's output says why.
 """
 
 from __future__ import annotations
 
+import glob
 import os
 import re
 import signal
@@ -49,6 +55,7 @@ CLEANUP_WAIT_S = float(os.environ.get("MLMT_TEST_CLEANUP_WAIT_S", "60"))
 KILL_WAIT_S = 10.0
 # psutil's create_time is boot time (whole seconds) + start ticks: it may differ from time.time() by up to ~1 s
 CLOCK_SLACK_S = 2.0
+LOST_WORKER_LOG_LINES = 15
 
 _RAY_SESSION = re.compile(r"/session_\d{4}-\d{2}-\d{2}_\d{2}-\d{2}-\d{2}_\d+_(\d+)(?=[/\s'\"]|$)")
 # children of pytest that live as long as pytest does, by design
@@ -240,7 +247,7 @@ class _Sampler(threading.Thread):
                 return
 
 
-_STATE: dict = {"tracker": None, "sampler": None, "leftovers": []}
+_STATE: dict = {"tracker": None, "sampler": None, "leftovers": [], "lost_workers": []}
 _LEFTOVERS = "mlmt_ci_guard_leftovers"  # the user property a test's teardown report carries its leftovers in
 
 
@@ -250,7 +257,7 @@ def pytest_sessionstart(session):
     except Exception:  # noqa: BLE001
         basetemp = None
     tracker = ProcessTracker(os.getpid(), basetemp)
-    _STATE.update(tracker=tracker, sampler=None, leftovers=[])
+    _STATE.update(tracker=tracker, sampler=None, leftovers=[], lost_workers=[])
     if not hasattr(session.config, "workerinput"):  # not an xdist worker: in xdist the controller samples the tree
         _STATE["sampler"] = _Sampler(tracker)
         _STATE["sampler"].start()
@@ -272,6 +279,42 @@ def pytest_runtest_logstart(nodeid, location):
     tracker = _STATE.get("tracker")
     if tracker is not None:
         tracker.current_test = nodeid
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """An xdist worker went down: when it died (``error`` set), record how (see the module docstring)."""
+    if error:
+        _STATE["lost_workers"].append(_lost_worker(node, error))
+
+
+def _lost_worker(node, error) -> list[str]:
+    """Lines on a dead xdist worker: its id, how its process ended, its Ray driver log's last lines."""
+    popen = getattr(getattr(getattr(node, "gateway", None), "_io", None), "popen", None)  # execnet's popen gateway
+    name = getattr(getattr(node, "gateway", None), "id", "?")
+    if popen is None:
+        return [f"{name}: {error} (its process is not known)"]
+    try:
+        status = popen.wait(timeout=10)
+    except Exception:  # noqa: BLE001 - still running or not waitable: say so
+        status = None
+    if status is None:
+        ended = "its process had not exited 10 s later"
+    elif status < 0:
+        ended = f"killed by {signal.Signals(-status).name}"
+    else:
+        ended = f"exit status {status}"
+    lines = [f"{name} (pid {popen.pid}): {error}; {ended}"]
+    ray_root = os.path.join(os.environ.get("RAY_TMPDIR", "/tmp"), "ray")
+    logs = sorted(
+        glob.glob(os.path.join(ray_root, f"session_*_{popen.pid}", "logs", f"python-core-driver-*_{popen.pid}.log")),
+        key=os.path.getmtime,
+    )
+    if not logs:
+        return [*lines, f"  no Ray driver log of pid {popen.pid} under {ray_root}"]
+    with open(logs[-1], errors="replace") as log:
+        tail = log.readlines()[-LOST_WORKER_LOG_LINES:]
+    return [*lines, f"  the last {len(tail)} lines of {logs[-1]}:", *(f"    {line.rstrip()}" for line in tail)]
 
 
 def pytest_runtest_logreport(report):
@@ -380,3 +423,7 @@ def pytest_terminal_summary(terminalreporter):
             write(f"  {nodeid}: {count} process(es){extra}: {description}", yellow=True)
     else:
         write("no test left processes behind")
+    for lines in _STATE.get("lost_workers") or []:
+        write(f"LOST WORKER {lines[0]}", red=True, bold=True)
+        for line in lines[1:]:
+            write(line, red=True)

@@ -130,3 +130,50 @@ def test_leftovers_of_xdist_workers_reach_the_summary(tmp_path):
     assert "no test left processes behind" not in summary
     assert re.search(r"peak memory: [0-9.]+ GB", summary)
     assert not [p for p in psutil.process_iter(["cmdline"]) if "leaked-by-a-test" in " ".join(p.info["cmdline"] or [])]
+
+
+_DYING_TEST = """
+import os, pathlib, signal, time
+
+def test_dies_like_a_driver_that_lost_its_raylet():
+    pid = os.getpid()
+    logs = pathlib.Path(os.environ["RAY_TMPDIR"], "ray", f"session_2026-01-01_00-00-00_123456_{pid}", "logs")
+    logs.mkdir(parents=True)
+    (logs / f"python-core-driver-01000000ffff_{pid}.log").write_text("started\\nThe raylet died, exiting now\\n")
+    os.kill(pid, signal.SIGKILL)
+"""
+
+
+def test_a_lost_xdist_worker_is_reported_with_how_it_ended_and_its_ray_driver_log(tmp_path):
+    """A worker that dies in a test: the summary names the signal and the last lines of its Ray driver log (before,
+    xdist's "node down: Not properly terminated" was all a CI run said)."""
+    (tmp_path / "test_dying.py").write_text(_DYING_TEST)
+    tests = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(tests), "RAY_TMPDIR": str(tmp_path)}
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "_ci_guard",
+            "-n",
+            "1",
+            "--max-worker-restart=0",
+            "test_dying.py",
+        ],  # fmt: skip
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode != 0
+    summary = result.stdout[result.stdout.index("memory and leftover processes") :]
+    lost = re.search(r"LOST WORKER gw0 \(pid (\d+)\): Not properly terminated; killed by SIGKILL", summary)
+    assert lost, summary
+    assert f"python-core-driver-01000000ffff_{lost.group(1)}.log" in summary, summary
+    assert "    The raylet died, exiting now" in summary, summary
