@@ -9,12 +9,18 @@ equality gives the gold away, unless it is accounted for:
   a negation in a question is no rejection ("wouldn't 12 make more sense?");
 - it stands in a condition: a sentence that opens with "if" / "suppose" / "assume" / "were" (not "if you …"), the
   clause of such a word, or a sentence with one that says "would" or asks ("Would it be 2/5 if there were 10?");
-- it is a reference: step 4, line 3, equation (9), question 2, problem 12, ``\\tag{3}``, a list's "3.".
+- it is a reference: step 4, line 3, equation (9), question 2, problem 12, ``\\tag{3}``, a list's "3.", or a count of
+  the feedback's own points ("Two things to fix").
+
+Besides exact values, a decimal or percent of at least :data:`APPROXIMATE_DIGITS` significant digits that the gold
+rounds to, and a square root whose value is the gold's, give it away; a number gold that is one of the problem's
+options is also found by that option's letter.
 
 Golds that are not one rational value: a tuple or interval gold is found as its members in order, each within
 :data:`PAIR_WINDOW` characters of the one before, none accounted for; an option letter by "(C)" / "option C", its
 position ("the third option") or as the only option left when the feedback rules out all the others; another text
-gold ("Monday") by its text when the problem does not write it; a gold with LaTeX that has no rational value
+gold ("Monday", "Carol") by its text when the problem does not write it, and by its initial when no other
+capitalised word of the problem has it; a gold with LaTeX that has no rational value
 (``5\\sqrt{2}``, ``9\\pi``) by its text, spaces and ``\\left`` / ``\\dfrac`` aside. "Yes" / "No" golds are not read
 (a bare "no" is too common); the rules of :mod:`agent_system.rewards.leak` still read "the answer is no".
 """
@@ -22,6 +28,8 @@ gold ("Monday") by its text when the problem does not write it; a gold with LaTe
 from __future__ import annotations
 
 import bisect
+import functools
+import math
 import re
 from fractions import Fraction
 
@@ -30,6 +38,8 @@ from agent_system.rewards.values_in_text import Value, exact_value, literal_valu
 PAIR_WINDOW = 60  # the members of a tuple gold are read within this many characters of each other
 CONTEXT_CHARS = 80  # read before a value to account for it
 MAX_TUPLE_STARTS = 64  # first members of a tuple gold followed up
+MAX_GOLD_CHARS = 200  # a longer gold is not evaluated as a number
+APPROXIMATE_DIGITS = 3  # a rounded decimal needs this many significant digits to give the gold away ("0.333")
 
 _REFERENCE_RE = re.compile(
     r"\b(?:step|steps|line|lines|equation|equations|eq|eqn|part|case|row|item|stage|paragraph|problem|question|turn|"
@@ -51,8 +61,9 @@ _REJECTED_AFTER_RE = re.compile(
     r"many|few|little)|\ban?\s+(?:error|mistake)|\bthe\s+wrong|\b(?:is|are)\s+ruled\s+out)",
     re.IGNORECASE,
 )
-_CORRECTION_RE = re.compile(  # "24, not 11": the value is set against another, not rejected
-    r"^(?:\s*[a-zA-Z$%]+){0,3}\s*[,(—–-]?\s*(?:not|rather\s+than|instead\s+of)\s+[-$\\(]?\d", re.IGNORECASE
+_CORRECTION_RE = re.compile(  # "24, not 11", "LIV diagonals, not LXVI": the value is set against another
+    r"^(?:\s*[a-zA-Z$%]+){0,3}\s*[,(—–-]?\s*(?:not|rather\s+than|instead\s+of)\s+(?:[-$\\(]?\d|(?-i:[MDCLXVI]{2,})\b)",
+    re.IGNORECASE,
 )
 _AFFIRMED_RE = re.compile(r"\b(?:right|correct|good|true|fine|works|checks\s+out)\b", re.IGNORECASE)
 _CONDITION_RE = re.compile(
@@ -71,6 +82,24 @@ _TUPLE_GOLD_RE = re.compile(r"^\s*[(\[]([^()\[\]]{1,120})[)\]]\s*$")
 _RULED_OUT_RE = re.compile(r"\b(?:out|wrong|incorrect|fails?|eliminated?|ruled?\s+out|cannot|can't|not)\b", re.I)
 _LETTER_RE = re.compile(r"\(([A-E])\)|(?<![\w(])([A-E])(?=\s*(?:,|and\b|or\b|are\b|is\b|\)|$))")
 _CANONICAL_DROPS = re.compile(r"\s+|\\left|\\right|\\!|\\,|\$|\\displaystyle")
+_WORD_GOLD_RE = re.compile(r"[A-Za-z][A-Za-z '-]{1,40}")  # a gold in plain words ("Carol", "No")
+_INITIAL_RE = re.compile(
+    r"\b(?:starts?|begins?|starting|beginning)\s+with\s+(?:the\s+letter\s+|an?\s+)?['\"]?(?P<letter>[A-Z])\b"
+    r"|\binitial\s+(?:is\s+)?['\"]?(?P<letter2>[A-Z])\b"
+)
+_NAME_RE = re.compile(r"(?<![.!?:]\s)(?<![.!?:])(?<!^)\b[A-Z][a-z]+\b")  # capitalised, not opening a sentence
+_DECIMAL_RE = re.compile(r"(?<![\w.])(?P<digits>\d{1,30}\.\d{1,30})(?!\d)\s*(?P<percent>%)?")
+_ROOT_RE = re.compile(
+    r"(?<![\w.])(?:(?P<coefficient>\d{1,10})\s*\*?\s*)?(?:sqrt\(\s*(?P<radicand>\d{1,15}(?:\.\d{1,15})?)\s*\)"
+    r"|square\s+root\s+of\s+(?P<words>\d{1,15}(?:\.\d{1,15})?)(?!\d))",
+    re.I,
+)
+_OPTION_VALUE_RE = re.compile(r"\((?P<letter>[A-E])\)\s*(?P<value>[^()]{1,40}?)\s*(?=\([A-E]\)|$|\n)")
+_FEEDBACK_ITEMS_RE = re.compile(  # "Two things to fix": a count of the feedback's own points, not a value
+    r"^\s+(?:more\s+)?(?:things?|points?|issues?|mistakes?|errors?|fixes?|changes?|hints?|remarks?|suggestions?|"
+    r"tips?|corrections?)\b",
+    re.I,
+)
 
 
 def gold_leaked(feedback: str, problem: str, gold: str) -> list[str]:
@@ -86,16 +115,77 @@ def gold_leaked(feedback: str, problem: str, gold: str) -> list[str]:
     option = _OPTION_GOLD_RE.match(_text_of(gold) or gold)
     if option:
         return _option_leaks(text, problem, option.group(1))
-    if _TEXT_GOLD_RE.fullmatch(gold) and not re.search(r"\d", gold):
+    if (_TEXT_GOLD_RE.fullmatch(gold) or _WORD_GOLD_RE.fullmatch(gold)) and not re.search(r"\d", gold):
         return _text_leaks(text, problem, _text_of(gold))
     tuple_gold = _tuple_values(gold)
     if tuple_gold:
         return _tuple_leaks(text, problem_text, tuple_gold)
     golds = _gold_values(gold)
-    if golds:
-        found = [v for v in values(text) if v.value in golds]
-        return [text[v.start : v.end] for v in found if not _accounted(text, v, problem_text)]
-    return _symbol_leaks(text, problem_text, gold)
+    found = [v for v in values(text) if v.value in golds]
+    numbers = [float(g) for g in golds] if golds else [n for n in [gold_number(gold)] if n is not None]
+    for number in numbers:
+        found += _approximations(text, number) + _roots(text, number)
+    leaks = [text[v.start : v.end] for v in found if not _accounted(text, v, problem_text)]
+    letter = _option_of(problem, golds)
+    if letter:
+        leaks += _option_leaks(text, problem, letter)
+    return leaks if golds else leaks + _symbol_leaks(text, problem_text, gold)
+
+
+@functools.lru_cache(maxsize=4096)
+def gold_number(gold: str) -> float | None:
+    """The gold's real value as a float (``5\\sqrt{2}``, ``9\\pi``, ``\\frac{1+\\sqrt{5}}{2}``), read by
+    math-verify's LaTeX reader (the gold is the dataset's, not the policy's), None when it is no real number."""
+    from latex2sympy2_extended import latex2sympy  # noqa: PLC0415 - loads sympy: only for golds that need it
+
+    if len(gold) > MAX_GOLD_CHARS:
+        return None
+    try:
+        number = complex(latex2sympy(gold).evalf())
+    except Exception:  # noqa: BLE001 - any gold the reader cannot evaluate (a word, a set) has no number
+        return None
+    if number.imag or not math.isfinite(number.real):
+        return None
+    return number.real
+
+
+def _approximations(text: str, number: float) -> list[Value]:
+    """Decimals and percents of at least :data:`APPROXIMATE_DIGITS` significant digits that the gold rounds to and
+    that are not the gold exactly ("about 16.67%" for 1/6, "near 28.27" for 9π)."""
+    found = []
+    for match in _DECIMAL_RE.finditer(text):
+        digits = match["digits"]
+        decimals = len(digits.split(".")[1])
+        written = float(digits) / (100 if match["percent"] else 1)
+        decimals += 2 if match["percent"] else 0
+        significant = len(digits.replace(".", "").lstrip("0"))
+        if significant >= APPROXIMATE_DIGITS and abs(written - number) <= 0.5 * 10**-decimals * (1 + 1e-9):
+            if Fraction(digits) / (100 if match["percent"] else 1) != Fraction(number):
+                found.append(Value(Fraction(digits), *match.span()))
+    return found
+
+
+def _roots(text: str, number: float) -> list[Value]:
+    """Square roots whose value is the gold's ("the square root of 50" or ``\\sqrt{50}`` for ``5\\sqrt{2}``), a
+    coefficient before them counted ("5 sqrt(2)")."""
+    found = []
+    for match in _ROOT_RE.finditer(text):
+        radicand = float(match["radicand"] or match["words"])
+        value = float(match["coefficient"] or 1) * math.sqrt(radicand)
+        if math.isclose(value, number, rel_tol=1e-9):
+            found.append(Value(Fraction(0), *match.span()))  # no rational value: only the text accounts for it
+    return found
+
+
+def _option_of(problem: str, golds: set[Fraction]) -> str | None:
+    """The letter of the problem's option whose value is the gold ("(B) 2" for the gold 2), None if none is."""
+    if not golds:
+        return None
+    options = list(_OPTION_VALUE_RE.finditer(problem))
+    for match in options:
+        if exact_value(plain(match["value"].strip().rstrip(".,;"))) in golds:
+            return match["letter"]
+    return None
 
 
 def _text_of(gold: str) -> str:
@@ -132,6 +222,8 @@ def _accounted(text: str, value: Value, problem_text: str) -> bool:
     clause = before[clause_start:]
     line = before.rsplit("\n", 1)[-1]
     if _REFERENCE_RE.search(before) or (not line.strip() and _ENUMERATOR_RE.match(text[value.end : value.end + 2])):
+        return True
+    if _FEEDBACK_ITEMS_RE.match(text[value.end : value.end + 40]):
         return True
     sentence = _sentence(text, value.start)
     question = sentence.rstrip().endswith("?")
@@ -221,10 +313,19 @@ def _clause_around(window: str, position: int) -> str:
 
 
 def _text_leaks(text: str, problem: str, gold_text: str) -> list[str]:
-    """A text gold ("Monday", "Carol") named where the problem does not name it; Yes / No golds are not read."""
-    if not gold_text or gold_text.lower() in ("yes", "no") or gold_text.lower() in problem.lower():
+    """A text gold ("Monday", "Carol") named where the problem does not name it, or by its initial where it is the
+    only one of the problem's capitalised words with that initial ("the name starts with C"); Yes / No golds are not
+    read."""
+    if not gold_text or gold_text.lower() in ("yes", "no"):
         return []
     leaks = []
+    for match in _INITIAL_RE.finditer(text):
+        letter = (match["letter"] or match["letter2"]).upper()
+        named = {word for word in _NAME_RE.findall(problem) if word[0] == letter}
+        if gold_text[0].upper() == letter and named <= {gold_text}:
+            leaks.append(match.group())
+    if gold_text.lower() in problem.lower():
+        return leaks
     for match in re.finditer(rf"(?<!\w){re.escape(gold_text)}(?!\w)", text, re.IGNORECASE):
         if not _REJECTED_BEFORE_RE.search(text[max(0, match.start() - CONTEXT_CHARS) : match.start()]):
             leaks.append(match.group())

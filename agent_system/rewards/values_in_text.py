@@ -5,7 +5,8 @@ Read on the text :func:`agent_system.rewards.leak.normalized` gives (numbers in 
 spelled one by one), after :func:`plain`: every number, fraction (``\\frac``, ``\\dfrac``, ``{a \\over b}``, "3 out
 of 8"), mixed number ("2 1/2"), percent, power, factorial, binomial and square root of a square, every run of
 arithmetic on the page ("3*8", "30 - 19", "7 times 8", "add 6 back to your 41", "half of 5"), the unknown of a
-one-variable linear equation ("n + 19 = 30" gives 11) and a quantity in two units ("2 h 30 min" is 5/2 and 150).
+one-variable linear equation ("n + 19 = 30" gives 11), a quantity in two units ("2 h 30 min" is 5/2 and 150) and
+integers in other notations (Roman numerals, other bases, digits reversed, the one integer between two bounds).
 Values are exact rationals (:class:`fractions.Fraction`).
 
 Everything is bounded: at most :data:`MAX_VALUES` values per text, an expression of at most
@@ -61,7 +62,7 @@ _WORD_ARITHMETIC = [  # (pattern, value from its numbers a, b): arithmetic said 
     (r"\b{a}\s+less\s+than\s+(?:your\s+|the\s+)?{b}", lambda a, b: b - a),
     (r"\b{a}\s+out\s+of\s+(?:the\s+|all\s+)?{b}", lambda a, b: a / b if b else None),
 ]
-_NUMBER = r"(?P<{}>-?\d{{1,60}}(?:\.\d{{1,60}})?)(?!\d)"
+_NUMBER = r"(?P<{}>-?\d{{1,60}}(?:\.\d{{1,60}})?(?!\d)|\bone\b)"  # "one less than 50": "one" alone stays a word
 _WORD_ARITHMETIC_RE = [
     (re.compile(p.format(a=_NUMBER.format("a"), b=_NUMBER.format("b")), re.IGNORECASE), f) for p, f in _WORD_ARITHMETIC
 ]
@@ -146,7 +147,8 @@ def values(text: str) -> list[Value]:
     found += _arithmetic(text)
     for pattern, combine in _WORD_ARITHMETIC_RE:
         for match in pattern.finditer(text):
-            found += _value_of(combine(Fraction(match["a"]), Fraction(match["b"])), match.span())
+            found += _value_of(combine(_number(match["a"]), _number(match["b"])), match.span())
+    found += _encoded(text)
     for match in _UNARY_WORDS_RE.finditer(text):
         found += _value_of(_unary(match), match.span())
     for pattern, per in _UNIT_PAIR_RE:
@@ -154,6 +156,89 @@ def values(text: str) -> list[Value]:
             big, small = Fraction(match["a"]), Fraction(match["b"])
             found += _value_of(big + small / per, match.span()) + _value_of(big * per + small, match.span())
     return found[:MAX_VALUES]
+
+
+def _number(text: str) -> Fraction:
+    """A number of the word arithmetic: digits, or the word "one"."""
+    return Fraction(1) if text.lower() == "one" else Fraction(text)
+
+
+def _encoded(text: str) -> list[Value]:
+    """Integers written in another notation: Roman numerals ("LIV"), other bases ("0xFF", "111111_2", "in binary
+    … 111111"), digits reversed in a sentence that says so ("written backwards: 193"), and the one integer strictly
+    between two bounds two apart ("more than 33 and fewer than 35", "between 33 and 35")."""
+    found: list[Value] = []
+    for match in _ROMAN_RE.finditer(text):
+        found += _value_of(_roman(match.group()), match.span())
+    for match in _PREFIXED_BASE_RE.finditer(text):
+        found += _value_of(_in_base(match["digits"], _PREFIX_BASES[match["prefix"].lower()]), match.span())
+    for match in _SUBSCRIPT_BASE_RE.finditer(text):
+        found += _value_of(_in_base(match["digits"], int(match["base"])), match.span())
+    for sentence in _SENTENCE_RE.finditer(text):
+        base = _BASE_WORDS_RE.search(sentence.group())
+        if base:
+            radix = _BASE_NAMES[base["name"].lower()] if base["name"] else int(base["radix"])
+            for match in _BASE_DIGITS_RE.finditer(sentence.group()):
+                span = (sentence.start() + match.start(), sentence.start() + match.end())
+                if len(match.group()) > 1 and match.group() != base["radix"]:
+                    found += _value_of(_in_base(match.group(), radix), span)
+        if _REVERSED_RE.search(sentence.group()):
+            for match in re.finditer(r"(?<![\d.])\d{2,30}(?!\d|\.\d)", sentence.group()):
+                span = (sentence.start() + match.start(), sentence.start() + match.end())
+                found.append(Value(Fraction(int(match.group()[::-1])), *span))
+    for match in _BETWEEN_RE.finditer(text):
+        low, high = sorted((Fraction(match["a"] or match["a2"]), Fraction(match["b"] or match["b2"])))
+        if high - low == 2 and low.denominator == 1:
+            found.append(Value(low + 1, *match.span()))
+    return found
+
+
+_ROMAN_RE = re.compile(r"(?<![\w'])[MDCLXVI]{2,15}(?![\w'])")
+_ROMAN_DIGITS = {"M": 1000, "D": 500, "C": 100, "L": 50, "X": 10, "V": 5, "I": 1}
+_ROMAN_PAIRS = [(1000, "M"), (900, "CM"), (500, "D"), (400, "CD"), (100, "C"), (90, "XC"), (50, "L"), (40, "XL"),
+                (10, "X"), (9, "IX"), (5, "V"), (4, "IV"), (1, "I")]  # fmt: skip
+_PREFIX_BASES = {"0x": 16, "0b": 2, "0o": 8}
+_PREFIXED_BASE_RE = re.compile(r"(?<![\w.])(?P<prefix>0[xXbBoO])(?P<digits>[0-9a-fA-F]{1,30})(?!\w|\.\w)")
+_SUBSCRIPT_BASE_RE = re.compile(
+    r"(?<![\w.])\(?(?P<digits>[0-9A-Fa-f]{1,30})\)?\s*_\s*\{?\s*(?:\(\s*)?(?P<base>[2-9]|1[0-6])(?:\s*\))?\s*\}?(?!\w|\.\w)"
+)
+_BASE_NAMES = {"binary": 2, "octal": 8, "hexadecimal": 16, "hex": 16, "ternary": 3, "duodecimal": 12}
+_BASE_WORDS_RE = re.compile(
+    r"\b(?:(?P<name>binary|octal|hexadecimal|hex|ternary|duodecimal)|base[-\s]+(?P<radix>[2-9]|1[0-6]))\b", re.I
+)
+_BASE_DIGITS_RE = re.compile(r"(?<![\w.])[0-9A-Fa-f]{1,30}(?!\w|\.\w)")
+_SENTENCE_RE = re.compile(r"[^.!?;\n]+(?:[.!?;\n]|$)")
+_REVERSED_RE = re.compile(r"\b(?:backwards?|reversed?|reversing|in\s+reverse|mirror(?:ed)?)\b", re.I)
+_BETWEEN_RE = re.compile(
+    r"\b(?:(?:more|greater|larger|bigger|higher)\s+than|above|over)\s+(?P<a>\d{1,30})\s*,?\s*(?:and|but)\s+"
+    r"(?:(?:less|fewer|smaller|lower)\s+than|below|under)\s+(?P<b>\d{1,30})(?!\d)"
+    r"|\b(?:strictly\s+)?between\s+(?P<a2>\d{1,30})\s+and\s+(?P<b2>\d{1,30})\s*(?:,\s*)?(?:exclusive|not\s+counting)",
+    re.I,
+)
+
+
+def _roman(numeral: str) -> Fraction | None:
+    """The value of a Roman numeral in its standard form ("LIV" is 54; "IIII" and "VX" are none)."""
+    total = 0
+    for index, letter in enumerate(numeral):
+        value = _ROMAN_DIGITS[letter]
+        following = _ROMAN_DIGITS[numeral[index + 1]] if index + 1 < len(numeral) else 0
+        total += -value if value < following else value
+    if total <= 0 or total >= 4000:
+        return None
+    standard, rest = "", total
+    for value, letters in _ROMAN_PAIRS:
+        count, rest = divmod(rest, value)
+        standard += letters * count
+    return Fraction(total) if standard == numeral else None
+
+
+def _in_base(digits: str, base: int) -> Fraction | None:
+    """The value of ``digits`` in ``base``, None when a digit is not one of the base's."""
+    try:
+        return Fraction(int(digits, base))
+    except ValueError:
+        return None
 
 
 def _literal(match: re.Match) -> list[Value]:

@@ -76,8 +76,9 @@ def test_counts_disagreements_and_the_last_line(pool, tmp_path, capsys):
         ("heldout_3", 24, 0),  # test_leak_on_cpu.py's HELD_OUT["heldout_3"], summed over the kinds
         ("heldout_4", 26, 1),  # test_leak_on_cpu.py::test_agreement_on_heldout_4
         # written without reading the rules (804c6a9), scored once with the check of ab71e63: 9 of 30 caught, 2 of 30
-        # near misses flagged (docs/LEAK.md); a floor against regressions, never a set to tune on
-        ("heldout_5", 9, 2),
+        # near misses flagged; its missed kinds then shaped the notation readers (issue 44), so it is no longer held
+        # out: 20 of 30, 0 of 30 (docs/LEAK.md); a floor against regressions
+        ("heldout_5", 20, 0),
     ],
 )
 def test_a_committed_held_out_set_scores_as_its_test_asserts(pool, tmp_path, capsys, name, least_caught, most_flagged):

@@ -149,10 +149,70 @@ def test_arithmetic_is_exact_and_bounded(text, value):
     assert (None if result is None else str(result)) == value
 
 
+OTHER_NOTATIONS = [  # (feedback, gold, problem): the gold in another notation (issue 44, held-out 5's missed kinds)
+    ("The polygon has XXXV diagonals.", "35", ""),
+    ("Written in base 2 the sum is 101101.", "45", ""),
+    ("Its hexadecimal form is 0x2A.", "42", ""),
+    ("As a base-8 numeral it reads 52_8.", "42", ""),
+    ("Read your total backwards and you have it: 24.", "42", ""),
+    ("The count lies strictly above 40 and below 42.", "41", ""),
+    ("The true sum is one more than 99.", "100", ""),
+    ("The chance is roughly 0.333.", "\\frac{1}{3}", ""),
+    ("It comes to about 14.29%.", "\\frac{1}{7}", ""),
+    ("The area is close to 50.27 square units.", "16\\pi", ""),
+    ("The hypotenuse is the square root of 18.", "3\\sqrt{2}", ""),
+    ("The hypotenuse is $\\sqrt{18}$.", "3\\sqrt{2}", ""),
+    ("The ratio is near 1.618.", "\\frac{1+\\sqrt{5}}{2}", ""),
+    ("Pick (C).", "7", "Which is prime? (A) 4 (B) 6 (C) 7 (D) 9"),
+    ("The winner's name begins with the letter D.", "Dana", "Ana, Ben and Dana race. Ana beats Ben. Who wins?"),
+    ("The winner is Dana.", "Dana", "Who wins the race?"),
+]
+OTHER_NOTATION_NEAR_MISSES = [  # short decimals, other options, ambiguous initials, words that are golds
+    ("A third is about 0.3, so check your 0.5.", "\\frac{1}{3}", ""),
+    ("Option (B) is wrong; look again.", "7", "Which is prime? (A) 4 (B) 6 (C) 7 (D) 9"),
+    ("The winner's name begins with A.", "Dana", "Ana, Ben and Dana race. Ana beats Ben. Who wins?"),
+    ("No matter which case you take, check each divisor.", "No", "Is 91 prime?"),
+    ("Two things to check: the sign and the divisor.", "2", "Solve 3x = 6."),
+    ("The square root of 16 is not the diagonal.", "3\\sqrt{2}", ""),
+    ("Step XII of the proof is fine, see equation (42).", "42", ""),
+]
+
+
+@pytest.mark.parametrize(("feedback", "gold", "problem"), OTHER_NOTATIONS)
+def test_the_gold_in_other_notations_is_read(feedback, gold, problem):
+    assert _leaks(feedback, gold, problem)
+
+
+@pytest.mark.parametrize(("feedback", "gold", "problem"), OTHER_NOTATION_NEAR_MISSES)
+def test_near_misses_of_the_other_notations_are_not_flagged(feedback, gold, problem):
+    assert not _leaks(feedback, gold, problem)
+
+
+@pytest.mark.parametrize(
+    ("numeral", "value"), [("LIV", 54), ("MCMXCIV", 1994), ("XL", 40), ("IIII", None), ("VX", None), ("IC", None)]
+)
+def test_roman_numerals_only_in_their_standard_form(numeral, value):
+    read = {v.value for v in values_in_text.values(numeral)}
+    assert read == ({value} if value else set())
+
+
+def test_a_gold_is_evaluated_once_and_words_have_no_number():
+    assert value_presence.gold_number("5\\sqrt{2}") == pytest.approx(7.0710678118654755)
+    assert value_presence.gold_number("\\text{Carol}") is None and value_presence.gold_number("(1, 2)") is None
+
+
 @pytest.mark.parametrize(
     "text",
     [
         "9" * 16_000,
+        "LIV " * 4_000,
+        "in binary " + "1 0 11 " * 2_500,
+        "written backwards " + "12 " * 5_000,
+        "more than 3 and fewer than 5 " * 600,
+        "sqrt(50) 2 square root of 8 " * 600,
+        "16.67% 0.333 " * 1_300,
+        "starts with C " * 1_200,
+        "0x" + "F" * 16_000,
         "10^" * 5_000 + "10",
         "(" * 8_000 + ")" * 8_000,
         "\\frac{" * 3_000 + "1" + "}{2}" * 3_000,
@@ -167,6 +227,7 @@ def test_arithmetic_is_exact_and_bounded(text, value):
 def test_a_hostile_feedback_is_checked_in_bounded_time_and_never_raises(text, gold):
     """One feedback's check (normalizing included) per gold kind: each takes under 0.4 s of CPU; the bound is on this
     process's CPU time, which other processes on the machine do not inflate (a quadratic pattern took 6 s)."""
+    value_presence.gold_number(gold)  # the gold's value is read once per gold (cached), the feedback's every time
     started = time.process_time()
     value_presence.gold_leaked(leak.normalized(leak.scanned_text(text)), "", gold)
     assert time.process_time() - started < 2.0
