@@ -15,7 +15,8 @@ The checks:
   trainer was killed after the grace; the trainer's own 75, :data:`EXIT_STOPPED`, when a stop signal ended it with a
   checkpoint) is reported as ``TIMEOUT ... timed out at step N`` (the last step its history logged), not as a
   failure; the checks of the steps it logged still run, and the resume, which ``gpu_check.sh`` then does not start,
-  is a SKIP with that reason;
+  is a SKIP with that reason; a run ``--budget`` left too little time to start (its folder holds ``not_run``, the
+  seconds left) is ``TIMEOUT ... not started`` too;
 * weight pushes per level per step (``perf/weight_syncs/<level>``) equal those the trainer's own rules make
   (:func:`agent_system.levels.weight_sync.pushes_per_step`, the table of docs/ARCHITECTURE.md, "Weight syncs"): one
   per weight version a generation needs that its servers do not hold, where a new process's servers hold none; a
@@ -100,6 +101,13 @@ def check_exit(run: str, rc: int | None, last_step: int | None = None, total_ste
         at = "before its first step" if last_step is None else f"at step {last_step}{of}"
         return Check(name, None, f"timed out {at} ({rc}: {TIMED_OUT[rc]})", timed_out=True)
     return Check(name, rc == 0, f"{rc}" + ("" if rc == 0 else " (see its console.log)"))
+
+
+def not_started(run: str, left_s: str) -> Check:
+    """A run gpu_check.sh did not start because ``--budget`` left it under a minute: counted as timed out (exit 75)."""
+    return Check(
+        f"{run}: exit status", None, f"not started: the budget left {left_s} s (raise --budget)", timed_out=True
+    )
 
 
 def check_pushes(run: str, metrics: dict[int, dict[str, float]], plan: dict) -> list[Check]:
@@ -219,12 +227,18 @@ def run_checks(out: Path, gpus: int, max_gap: float, slack_gib: float, max_resum
     for run in ("colocated", "resume", "split"):
         folder = out / run
         if run == "resume" and not folder.is_dir():
-            if first_timeout is not None:
+            if (out / "colocated" / "not_run").is_file():
+                checks.append(Check("resume", None, "not run: the first run was not started"))
+            elif first_timeout is not None:
                 reason = f"not run: the first run {first_timeout.detail.split(' (')[0]} (raise --run-timeout)"
                 checks.append(Check("resume", None, reason))
             else:
                 checks.append(Check("resume", False, "not run: the first run failed"))
         if not folder.is_dir():
+            continue
+        if (folder / "not_run").is_file():  # gpu_check.sh --budget: too little time left to start it
+            left = (folder / "not_run").read_text().strip()
+            checks.append(not_started(run, left))
             continue
         rc_file = folder / "rc"
         plan = json.loads((folder / "run_plan.json").read_text()) if (folder / "run_plan.json").is_file() else None
@@ -274,8 +288,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{'FAIL' if failed else 'PASS'} gpu_check: {failed} of {len(checks)} checks failed")
         return 1 if failed else 0
     print(
-        f"TIMEOUT gpu_check: 0 of {len(checks)} checks failed, but {' and '.join(timed_out)} timed out: the later"
-        " steps were not checked (raise --run-timeout)"
+        f"TIMEOUT gpu_check: 0 of {len(checks)} checks failed, but {' and '.join(timed_out)} timed out or did not"
+        " start: the later steps were not checked (raise --run-timeout or --budget)"
     )
     return EXIT_STOPPED
 

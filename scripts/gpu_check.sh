@@ -4,8 +4,8 @@
 # SKIP or TIMEOUT (scripts/gpu_check.py; docs/GPU_RUN.md). Never run on a GPU by the project.
 #
 #   bash scripts/gpu_check.sh [--python PY] [--venv DIR] [--wheelhouse DIR] [--skip-install] [--out DIR]
-#                             [--gpu INDEX] [--run-timeout S] [--grace S] [--rollout vllm|hf] [--cpu] [--smoke]
-#                             [--dry-run] [--help]
+#                             [--gpu INDEX] [--run-timeout S] [--grace S] [--budget MIN] [--rollout vllm|hf] [--cpu]
+#                             [--smoke] [--dry-run] [--help]
 #   bash scripts/gpu_check.sh --bundle DIR [--bundle-python 3.11]          # here, with PyPI: build the bundle
 #   bash scripts/gpu_check.sh --bundle DIR --with-vllm                     # the same with phase B's vLLM wheels
 #   bash DIR/gpu_check.sh --from-bundle DIR [--work W] [--python PY] ...   # there: phases A and B from it (below)
@@ -29,6 +29,12 @@
 #                     S + grace seconds, the two runs within 10 minutes by default. A run that reached its limit is
 #                     reported as "TIMEOUT ... timed out at step N", not as a failure; the resume is then not run
 #                     (a SKIP naming the step) and the check exits 75
+#   --budget MIN      end everything within MIN minutes (a reservation's length less a minute): each run's limit is
+#                     the smaller of --run-timeout and its share of the time left (what is left, less 30 s for the
+#                     checks, split over the runs still to come, less --grace); a run whose share is under 60 s is
+#                     not started (a SKIP naming the budget; the check exits 75). With --from-bundle the clock
+#                     starts before the unpack, and when phase B runs, phase A's runs get half of what is left after
+#                     the unpack and install, less 180 s kept for phase B's install
 #   --rollout NAME    the servers the runs generate with: vllm (default; phase B, vLLM 0.24.0 with sleep mode) or hf
 #                     (phase A: the project's Hugging Face generate() server, on the level's GPU; no vLLM needed)
 #   --cpu             rehearse on a machine without a GPU: no nvidia-smi, no memory samples (that check is a SKIP),
@@ -75,6 +81,11 @@ DRY_RUN=0
 GPU=0
 RUN_TIMEOUT=240
 GRACE=60
+BUDGET=""    # --budget MIN
+DEADLINE=""  # the budget's end (seconds since the epoch); --deadline passes it to the phases of --from-bundle
+CHECK_RESERVE_S=30  # kept after the last run for the checks
+MIN_RUN_S=60        # a run with less than this is not started
+PHASE_B_INSTALL_S=180  # kept for phase B's install (1.5 GB of wheels, offline) when phase A's share is set
 PYTHON=${PYTHON:-python3}
 CONSTRAINTS=requirements/constraints-gpu.txt
 ROLLOUT=vllm
@@ -89,6 +100,10 @@ PASS_ON=()  # --from-bundle: the options the unpacked gpu_check.sh gets
 while [ $# -gt 0 ]; do
   case $1 in
     --gpu | --run-timeout | --grace) PASS_ON+=("$1" "$2") ;;&
+    --budget)
+      case $2 in '' | *[!0-9]* | 0) echo "gpu_check.sh: --budget $2: a whole number of minutes, at least 1" >&2; exit 2 ;; esac
+      BUDGET=$2; shift 2 ;;
+    --deadline) DEADLINE=$2; shift 2 ;;
     --cpu | --smoke | --dry-run) PASS_ON+=("$1") ;;&
     --bundle) BUNDLE=$(realpath -m "$2"); shift 2 ;;
     --bundle-python) BUNDLE_PYTHON=$2; shift 2 ;;
@@ -114,6 +129,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 case $PYTHON in */*) PYTHON=$(realpath -m "$PYTHON") ;; esac  # a path (not a name on PATH): from where it was typed
+[ -z "$BUDGET" ] || DEADLINE=$(($(date +%s) + BUDGET * 60))
 cd "$REPO"
 PY=$VENV/bin/python
 
@@ -142,24 +158,34 @@ if [ -n "$FROM_BUNDLE" ]; then
   run "${PIP[@]}" -e "$WORK/repo"
   out=$WORK/gpu_check_out
   [ "$OUT_GIVEN" = 0 ] || out=$OUT
-  status=0
-  run bash "$WORK/repo/scripts/gpu_check.sh" --skip-install --rollout hf --out "$out" "${PASS_ON[@]}" || status=$?
   # phase B (vLLM with sleep mode: the default rollout) when the bundle carries its wheels (--with-vllm), in the
   # same venv; otherwise one SKIP line (gpu_bundle.py phase-b reads MANIFEST.json)
-  phase_b=0 on_cpu=()
+  phase_b=0 on_cpu=() skip_b=""  # skip_b: phase B's SKIP line, printed after phase A
   [ "$CPU" = 0 ] || on_cpu=(--cpu)
   if [ "$DRY_RUN" = 1 ] && [ ! -f "$FROM_BUNDLE/MANIFEST.json" ]; then
-    echo "# dry run: no $FROM_BUNDLE/MANIFEST.json to read: phase B runs when the bundle was built with --with-vllm"
+    skip_b="# dry run: no $FROM_BUNDLE/MANIFEST.json to read: phase B runs when the bundle was built with --with-vllm"
     phase_b=1
   else
-    "$PYTHON" "$HERE/gpu_bundle.py" phase-b "$FROM_BUNDLE" "${on_cpu[@]}" || phase_b=$?
+    skip_b=$("$PYTHON" "$HERE/gpu_bundle.py" phase-b "$FROM_BUNDLE" "${on_cpu[@]}") || phase_b=$?
   fi
+  [ "$phase_b" = 0 ] || [ "$phase_b" = 1 ] || exit "$phase_b"  # the manifest could not be read: gpu_bundle.py said why
+  deadline_a=() deadline_b=()
+  if [ -n "$DEADLINE" ]; then
+    deadline_a=(--deadline "$DEADLINE") deadline_b=(--deadline "$DEADLINE")
+    if [ "$phase_b" = 0 ]; then  # phase A gets half of what is left once phase B's install is set aside
+      now=$(date +%s)
+      deadline_a=(--deadline $((now + (DEADLINE - now - PHASE_B_INSTALL_S) / 2)))
+    fi
+  fi
+  status=0
+  run bash "$WORK/repo/scripts/gpu_check.sh" --skip-install --rollout hf --out "$out" "${PASS_ON[@]}" \
+    "${deadline_a[@]}" || status=$?
   if [ "$phase_b" = 0 ]; then
     run "${PIP[@]}" -c "$WORK/wheels/pins-vllm.txt" -r "$WORK/wheels/pins-vllm.txt" -e "$WORK/repo[gpu]"
-    run bash "$WORK/repo/scripts/gpu_check.sh" --skip-install --rollout vllm --out "${out}_vllm" "${PASS_ON[@]}" ||
-      status=$?
-  elif [ "$phase_b" != 1 ]; then
-    exit "$phase_b"  # the manifest could not be read: gpu_bundle.py said why
+    run bash "$WORK/repo/scripts/gpu_check.sh" --skip-install --rollout vllm --out "${out}_vllm" "${PASS_ON[@]}" \
+      "${deadline_b[@]}" || status=$?
+  elif [ -n "$skip_b" ]; then
+    echo "$skip_b"
   fi
   exit "$status"
 fi
@@ -257,10 +283,23 @@ COMMON+=(
 # checkpoint) or 137 (SIGKILL --grace seconds later), which scripts/gpu_check.py reports as timed out.
 train_run() {
   local name=$1 devices=$2 run_dir=$3; shift 3
-  local folder=$OUT/$name
+  local folder=$OUT/$name limit=$RUN_TIMEOUT
+  if [ -n "$DEADLINE" ]; then  # --budget: this run's share of the time left, the later runs' shares kept
+    local left=$((DEADLINE - $(date +%s) - CHECK_RESERVE_S))
+    local share=$((left / RUNS_LEFT - GRACE))
+    RUNS_LEFT=$((RUNS_LEFT - 1))
+    if [ "$share" -lt "$MIN_RUN_S" ]; then
+      echo "gpu_check.sh: $name not started: the budget leaves $left s for $((RUNS_LEFT + 1)) run(s) (--budget)"
+      run mkdir -p "$folder"
+      [ "$DRY_RUN" = 1 ] || echo "$left" > "$folder/not_run"
+      return 0
+    fi
+    [ "$share" -ge "$limit" ] || limit=$share
+    echo "gpu_check.sh: $name may run $limit s (+ $GRACE s grace): $left s left for $((RUNS_LEFT + 1)) run(s)"
+  fi
   local sample=(nvidia-smi -i "$devices" --query-gpu=memory.used --format=csv,noheader,nounits -lms 500)
   local train=(env CUDA_VISIBLE_DEVICES="$devices" VERL_FILE_LOGGER_PATH="$folder/metrics.jsonl" HYDRA_FULL_ERROR=1
-    timeout -k "$GRACE" "$RUN_TIMEOUT" "$PY" -m verl.trainer.main_mlmt "trainer.default_local_dir=$run_dir" "$@")
+    timeout -k "$GRACE" "$limit" "$PY" -m verl.trainer.main_mlmt "trainer.default_local_dir=$run_dir" "$@")
   if [ "$CPU" = 1 ]; then  # no GPU to sample or to make visible
     sample=()
     train=(env "${train[@]:2}")
@@ -281,8 +320,10 @@ train_run() {
 }
 
 ONE_GPU=("${COMMON[@]}" mlmt.placement=colocated trainer.n_gpus_per_node=1)
+RUNS_LEFT=2  # colocated and resume (and split on two GPUs): the budget's shares
+[ "$GPUS" -lt 2 ] || RUNS_LEFT=3
 train_run colocated "$GPU" "$OUT/run" "${ONE_GPU[@]}" trainer.total_training_steps=2
-if [ "$DRY_RUN" = 1 ] || [ "$(cat "$OUT/colocated/rc")" = 0 ]; then
+if [ "$DRY_RUN" = 1 ] || [ "$(cat "$OUT/colocated/rc" 2>/dev/null)" = 0 ]; then
   train_run resume "$GPU" "$OUT/run" "${ONE_GPU[@]}" trainer.total_training_steps=3
 fi
 if [ "$GPUS" -ge 2 ]; then

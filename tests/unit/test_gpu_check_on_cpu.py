@@ -11,6 +11,7 @@ import os
 import re
 import shlex
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -417,3 +418,58 @@ def test_without_a_gpu_the_memory_check_is_a_skip_not_a_failure(tmp_path):
     assert [c.line() for c in memory] == [f"SKIP {run}: peak GPU memory vs. the run plan's estimate: no GPU (--cpu)"
                                           for run in ("colocated", "resume")]  # fmt: skip
     assert not any(c.passed is False for c in checks)
+
+
+def _limits(printed: str) -> list[int]:
+    """The time limits (``timeout -k GRACE LIMIT``) of the training runs a dry run prints, in order."""
+    trains = [shlex.split(line[2:]) for line in printed.splitlines() if "verl.trainer.main_mlmt" in line]
+    return [int(train[train.index("timeout") + 3]) for train in trains]
+
+
+def test_a_budget_gives_each_run_its_share_of_the_time_left_and_starts_none_under_a_minute(tmp_path):
+    """--budget 5: 300 s less 30 s for the checks, split over the two runs, less the 60 s grace: the first run gets
+    75 s (a dry run spends no time, so the resume's share is what the first left: 210 s). --budget 2 starts neither."""
+    command = ["bash", str(SCRIPT), "--dry-run", "--skip-install", "--cpu", "--out", str(tmp_path / "o")]
+    five = subprocess.run([*command, "--budget", "5"], capture_output=True, text=True, timeout=10)
+    assert five.returncode == 0, five.stderr
+    first, resume = _limits(five.stdout)
+    assert 73 <= first <= 75 and 208 <= resume <= 210, five.stdout  # a second may tick between the two reads
+    assert "gpu_check.sh: colocated may run" in five.stdout
+    two = subprocess.run([*command, "--budget", "2"], capture_output=True, text=True, timeout=10)
+    assert two.returncode == 0 and _limits(two.stdout) == [], two.stdout
+    assert "gpu_check.sh: colocated not started: the budget leaves" in two.stdout
+    unbounded = subprocess.run(command, capture_output=True, text=True, timeout=10)
+    assert _limits(unbounded.stdout) == [240, 240]  # --run-timeout's default without a budget
+
+
+@pytest.mark.parametrize("budget", ["0", "x", "1.5", ""])
+def test_a_budget_that_is_not_a_whole_number_of_minutes_is_refused_in_one_line(budget):
+    result = subprocess.run(["bash", str(SCRIPT), "--dry-run", "--budget", budget], capture_output=True, text=True)
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr == f"gpu_check.sh: --budget {budget}: a whole number of minutes, at least 1\n"
+
+
+def test_from_bundle_with_a_budget_gives_phase_a_half_of_it_after_phase_bs_install_and_phase_b_the_end(tmp_path):
+    before = time.time()
+    commands, _ = _bundle_dry_run(tmp_path, True, "--budget", "14", "--out", str(tmp_path / "o"))
+    phase_a, phase_b = [c for c in commands if "--rollout" in c]
+    end_a, end_b = int(phase_a[phase_a.index("--deadline") + 1]), int(phase_b[phase_b.index("--deadline") + 1])
+    assert before + 14 * 60 - 2 <= end_b <= time.time() + 14 * 60
+    assert abs(end_a - (before + (14 * 60 - 180) / 2)) <= 3  # phase A: half of what is left less phase B's install
+    assert "--budget" not in phase_a + phase_b  # the phases get the end, not a new budget of their own
+    (tmp_path / "no_b").mkdir()
+    commands, _ = _bundle_dry_run(tmp_path / "no_b", False, "--budget", "14")
+    (phase_a,) = [c for c in commands if "--rollout" in c]
+    assert abs(int(phase_a[phase_a.index("--deadline") + 1]) - (before + 14 * 60)) <= 3  # no phase B: all of it
+
+
+def test_a_run_the_budget_did_not_start_is_a_timeout_not_a_failure_and_exits_75(tmp_path, capsys):
+    (tmp_path / "colocated").mkdir()
+    (tmp_path / "colocated" / "not_run").write_text("42\n")
+    lines = [c.line() for c in gpu_check.run_checks(tmp_path, gpus=1, max_gap=0.05, slack_gib=1.0, max_resume_gap=0.05)]
+    assert lines[:2] == [
+        "TIMEOUT colocated: exit status: not started: the budget left 42 s (raise --budget)",
+        "SKIP resume: not run: the first run was not started",
+    ]
+    assert gpu_check.main([str(tmp_path), "--gpus", "1"]) == 75
+    assert "(raise --run-timeout or --budget)" in capsys.readouterr().out.splitlines()[-1]
