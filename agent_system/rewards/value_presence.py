@@ -124,8 +124,10 @@ def gold_leaked(feedback: str, problem: str, gold: str) -> list[str]:
     found = [v for v in values(text) if v.value in golds]
     numbers = [float(g) for g in golds] if golds else [n for n in [gold_number(gold)] if n is not None]
     for number in numbers:
-        found += _approximations(text, number) + _roots(text, number)
+        found += _approximations(text, number)
     leaks = [text[v.start : v.end] for v in found if not _accounted(text, v, problem_text)]
+    for number in numbers:
+        leaks += _unvalued_leaks(text, problem_text, _root_spans(text, number))
     letter = _option_of(problem, golds)
     if letter:
         leaks += _option_leaks(text, problem, letter)
@@ -165,16 +167,15 @@ def _approximations(text: str, number: float) -> list[Value]:
     return found
 
 
-def _roots(text: str, number: float) -> list[Value]:
+def _root_spans(text: str, number: float) -> list[tuple[int, int]]:
     """Square roots whose value is the gold's ("the square root of 50" or ``\\sqrt{50}`` for ``5\\sqrt{2}``), a
     coefficient before them counted ("5 sqrt(2)")."""
-    found = []
+    spans = []
     for match in _ROOT_RE.finditer(text):
         radicand = float(match["radicand"] or match["words"])
-        value = float(match["coefficient"] or 1) * math.sqrt(radicand)
-        if math.isclose(value, number, rel_tol=1e-9):
-            found.append(Value(Fraction(0), *match.span()))  # no rational value: only the text accounts for it
-    return found
+        if math.isclose(float(match["coefficient"] or 1) * math.sqrt(radicand), number, rel_tol=1e-9):
+            spans.append(match.span())
+    return spans
 
 
 def _option_of(problem: str, golds: set[Fraction]) -> str | None:
@@ -339,9 +340,14 @@ def _symbol_leaks(text: str, problem_text: str, gold: str) -> list[str]:
         return []
     pattern = re.compile(r"(?<![\w.\\])" + r"\s*".join(map(re.escape, canonical)) + r"(?!\w|\.\d)")
     text = text.replace("π", "\\pi")
+    return _unvalued_leaks(text, problem_text, [match.span() for match in pattern.finditer(text)])
+
+
+def _unvalued_leaks(text: str, problem_text: str, spans: list[tuple[int, int]]) -> list[str]:
+    """The passages at ``spans`` that express the gold without a rational value (its text, a root): accounted for
+    only by their text (the problem writes them) or their context, never by a value of the problem."""
     leaks = []
-    for match in pattern.finditer(text):
-        value = Value(Fraction(0), *match.span())  # no rational value: only the text accounts for it
-        if not _in_problem(match.group(), problem_text) and not _accounted(text, value, ""):
-            leaks.append(match.group())
+    for start, end in spans:
+        if not _in_problem(text[start:end], problem_text) and not _accounted(text, Value(Fraction(0), start, end), ""):
+            leaks.append(text[start:end])
     return leaks

@@ -162,6 +162,7 @@ OTHER_NOTATIONS = [  # (feedback, gold, problem): the gold in another notation (
     ("The area is close to 50.27 square units.", "16\\pi", ""),
     ("The hypotenuse is the square root of 18.", "3\\sqrt{2}", ""),
     ("The hypotenuse is $\\sqrt{18}$.", "3\\sqrt{2}", ""),
+    ("The hypotenuse is the square root of 18.", "3\\sqrt{2}", "One corner is at 0 and the legs are 3 long."),
     ("The ratio is near 1.618.", "\\frac{1+\\sqrt{5}}{2}", ""),
     ("Pick (C).", "7", "Which is prime? (A) 4 (B) 6 (C) 7 (D) 9"),
     ("The winner's name begins with the letter D.", "Dana", "Ana, Ben and Dana race. Ana beats Ben. Who wins?"),
