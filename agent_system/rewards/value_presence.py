@@ -152,18 +152,17 @@ def gold_number(gold: str) -> float | None:
 
 
 def _approximations(text: str, number: float) -> list[Value]:
-    """Decimals and percents of at least :data:`APPROXIMATE_DIGITS` significant digits that the gold rounds to and
-    that are not the gold exactly ("about 16.67%" for 1/6, "near 28.27" for 9π)."""
+    """Decimals and percents of at least :data:`APPROXIMATE_DIGITS` significant digits that the gold rounds to
+    ("about 16.67%" for 1/6, "near 28.27" for 9π; the gold written exactly is found here too)."""
     found = []
     for match in _DECIMAL_RE.finditer(text):
-        digits = match["digits"]
-        decimals = len(digits.split(".")[1])
-        written = float(digits) / (100 if match["percent"] else 1)
-        decimals += 2 if match["percent"] else 0
+        digits, scale = match["digits"], 100 if match["percent"] else 1
+        decimals = len(digits.split(".")[1]) + (2 if match["percent"] else 0)
         significant = len(digits.replace(".", "").lstrip("0"))
-        if significant >= APPROXIMATE_DIGITS and abs(written - number) <= 0.5 * 10**-decimals * (1 + 1e-9):
-            if Fraction(digits) / (100 if match["percent"] else 1) != Fraction(number):
-                found.append(Value(Fraction(digits), *match.span()))
+        if significant >= APPROXIMATE_DIGITS and abs(float(digits) / scale - number) <= 0.5 * 10**-decimals * (
+            1 + 1e-9
+        ):
+            found.append(Value(Fraction(digits), *match.span()))
     return found
 
 
