@@ -88,7 +88,7 @@ from agent_system.eval.stats import interval, paired_sign_test, pass_at_k
 from agent_system.multi_turn_rollout.episode import EpisodeRunner, EpisodeSettings, Turn
 from agent_system.multi_turn_rollout.stopping import stop_tokens
 from agent_system.prompts.templates import CHAT_TEMPLATE_DATE, TURNS_OF_FEEDBACK, PromptBuilder, Task
-from agent_system.rewards.judge import JUDGE_API_KEY_ENV, JUDGE_OPTIONS, JUDGE_TIMEOUT_S, JudgeConfig
+from agent_system.rewards.judge import add_judge_options, judge_from_options
 from agent_system.rewards.leak import check_feedbacks, leak_rates
 
 logger = logging.getLogger(__name__)
@@ -512,12 +512,10 @@ def validate(args: argparse.Namespace) -> None:
     if args.samples > 1 and args.temperature <= 0:
         raise EvalSettingsError(f"--samples {args.samples} needs --temperature > 0 (greedy samples are identical)")
     try:
-        args.judge_config = JudgeConfig.from_settings(
-            args.judge_model, args.judge_base_url, args.judge_api_key_env, args.judge_timeout_s, JUDGE_OPTIONS
-        )
+        args.judge_config, key_env = judge_from_options(args)
     except ValueError as error:
         raise EvalSettingsError(str(error)) from None
-    args.judge = args.judge_config.recorded(args.judge_api_key_env) if args.judge_config else None
+    args.judge = args.judge_config.recorded(key_env) if args.judge_config else None
     args.records_version = RECORDS_VERSION
 
 
@@ -835,12 +833,7 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-size", type=int, default=16, help="problems generated together")
     parser.add_argument("--reward-workers", type=int, default=2, help="grading processes")
     parser.add_argument("--timeout-s", type=float, default=5.0, help="grading wall-clock limit per answer")
-    parser.add_argument("--judge-model", default=None, help="LLM judge (a column of its own): the model name")
-    parser.add_argument("--judge-base-url", default=None, help="LLM judge: OpenAI-compatible base URL (.../v1)")
-    parser.add_argument(
-        "--judge-api-key-env", default=JUDGE_API_KEY_ENV, help="LLM judge: the environment variable with its key"
-    )
-    parser.add_argument("--judge-timeout-s", type=float, default=JUDGE_TIMEOUT_S, help="LLM judge: seconds per request")
+    add_judge_options(parser, "LLM judge (a column of its own)")
 
 
 def main() -> None:

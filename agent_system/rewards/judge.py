@@ -56,6 +56,37 @@ JUDGE_OPTIONS = {
 }
 
 
+def add_judge_options(parser, role: str) -> None:
+    """A command's ``--judge-*`` options (:data:`JUDGE_OPTIONS`), left None when not given; ``role`` names the judge
+    in their help ("LLM judge", "leak judge"). :func:`judge_from_options` reads them."""
+    parser.add_argument("--judge-model", metavar="NAME", help=f"{role}: the model name (with --judge-base-url)")
+    parser.add_argument("--judge-base-url", metavar="URL", help=f"{role}: OpenAI-compatible base URL (.../v1)")
+    parser.add_argument(
+        "--judge-timeout-s", type=float, metavar="S", help=f"{role}: seconds per request ({JUDGE_TIMEOUT_S:g})"
+    )
+    parser.add_argument(
+        "--judge-api-key-env",
+        metavar="VAR",
+        help=f"{role}: the environment variable with its key ({JUDGE_API_KEY_ENV})",
+    )
+
+
+def judge_from_options(args) -> tuple[JudgeConfig | None, str]:
+    """The judge :func:`add_judge_options`' options name (None: none) and the variable its key is read from.
+
+    Raises:
+        ValueError: The settings of :meth:`JudgeConfig.from_settings`, or a timeout or key variable given without a
+            judge (a setting that cannot act), each naming the options.
+    """
+    timeout_s = JUDGE_TIMEOUT_S if args.judge_timeout_s is None else args.judge_timeout_s
+    key_env = JUDGE_API_KEY_ENV if args.judge_api_key_env is None else args.judge_api_key_env
+    judge = JudgeConfig.from_settings(args.judge_model, args.judge_base_url, key_env, timeout_s, JUDGE_OPTIONS)
+    alone = [JUDGE_OPTIONS[name] for name in ("timeout_s", "api_key_env") if getattr(args, f"judge_{name}") is not None]
+    if judge is None and alone:
+        raise ValueError(f"{' and '.join(alone)} without a judge: name one with --judge-model and --judge-base-url")
+    return judge, key_env
+
+
 @dataclass(frozen=True)
 class JudgeConfig:
     """Where and how to reach the judge.

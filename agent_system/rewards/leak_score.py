@@ -41,7 +41,7 @@ from types import ModuleType
 
 import numpy as np
 
-from agent_system.rewards.judge import JUDGE_API_KEY_ENV, JUDGE_OPTIONS, JUDGE_TIMEOUT_S, JudgeConfig
+from agent_system.rewards.judge import JudgeConfig, add_judge_options, judge_from_options
 from agent_system.rewards.leak_reader import DEFAULT_THRESHOLD_NATS, hf_gains, reader_rows, reader_verdicts
 
 FIELDS = ("problem", "ground_truth", "feedback", "leak")
@@ -223,16 +223,7 @@ def _parser() -> argparse.ArgumentParser:
         metavar="NATS",
         help="gain at which the reader flags a leak (mlmt.reward.leak_reader_threshold's default)",
     )
-    parser.add_argument("--judge-model", metavar="NAME", help="leak judge: the model name (with --judge-base-url)")
-    parser.add_argument("--judge-base-url", metavar="URL", help="leak judge: OpenAI-compatible base URL (.../v1)")
-    parser.add_argument(
-        "--judge-timeout-s", type=float, metavar="S", help=f"leak judge: seconds per request ({JUDGE_TIMEOUT_S:g})"
-    )
-    parser.add_argument(
-        "--judge-api-key-env",
-        metavar="VAR",
-        help=f"leak judge: the environment variable with its key ({JUDGE_API_KEY_ENV})",
-    )
+    add_judge_options(parser, "leak judge")
     parser.add_argument("--workers", type=int, default=DEFAULT_WORKERS, help="grading worker processes")
     parser.add_argument("--timeout-s", type=float, default=DEFAULT_TIMEOUT_S, help="wall-clock limit per candidate")
     return parser
@@ -279,19 +270,12 @@ def main(argv: Sequence[str] | None, pool, check: ModuleType) -> int:
 
 
 def _judge(parser: argparse.ArgumentParser, args: argparse.Namespace) -> JudgeConfig | None:
-    """The leak judge the ``--judge-*`` options name, or None; a half-set judge, a timeout <= 0, the former judge
-    variables set (:meth:`JudgeConfig.from_settings`) or a timeout / key variable without a judge stop the command
-    with one line naming the options."""
-    timeout_s = JUDGE_TIMEOUT_S if args.judge_timeout_s is None else args.judge_timeout_s
-    key_env = JUDGE_API_KEY_ENV if args.judge_api_key_env is None else args.judge_api_key_env
+    """The leak judge the ``--judge-*`` options name, or None; their errors (:func:`judge_from_options`) stop the
+    command with one line naming the options."""
     try:
-        judge = JudgeConfig.from_settings(args.judge_model, args.judge_base_url, key_env, timeout_s, JUDGE_OPTIONS)
+        return judge_from_options(args)[0]
     except ValueError as error:
         parser.error(str(error))
-    alone = [JUDGE_OPTIONS[name] for name in ("timeout_s", "api_key_env") if getattr(args, f"judge_{name}") is not None]
-    if judge is None and alone:
-        parser.error(f"{' and '.join(alone)} without a judge: name one with --judge-model and --judge-base-url")
-    return judge
 
 
 def _judge_line(judge: JudgeConfig, verdicts, check: ModuleType) -> str:

@@ -139,8 +139,8 @@ def test_breakdown_by_subject_and_level_and_the_markdown():
 
 def _args(**kw) -> argparse.Namespace:
     base = {"hl": None, "self_correct": False, "rounds": None, "samples": 1, "temperature": 0.0}
-    judge = {"judge_model": None, "judge_base_url": None, "judge_api_key_env": "MLMT_JUDGE_API_KEY"}
-    return argparse.Namespace(**{**base, **judge, "judge_timeout_s": 10.0, **kw})
+    judge = {"judge_model": None, "judge_base_url": None, "judge_api_key_env": None, "judge_timeout_s": None}
+    return argparse.Namespace(**{**base, **judge, **kw})  # as add_judge_options leaves the options not given
 
 
 def test_modes_and_argument_errors():
@@ -171,6 +171,11 @@ def test_no_hidden_judge_a_named_one_is_recorded_without_its_key(monkeypatch):
     assert args.judge_config.api_key == "sk-secret" and "sk-secret" not in json.dumps(args.judge)
     with pytest.raises(EvalSettingsError, match="--judge-model='qwen' and --judge-base-url=None"):
         validate(_args(judge_model="qwen"))
+    for alone in ({"judge_timeout_s": 30.0}, {"judge_api_key_env": "MY_KEY"}):  # a setting that cannot act
+        with pytest.raises(
+            EvalSettingsError, match="without a judge: name one with --judge-model and --judge-base-url"
+        ):
+            validate(_args(**alone))
     monkeypatch.setenv("MLMT_JUDGE_MODEL", "qwen")  # the former switch: refused, not silently used or ignored
     with pytest.raises(EvalSettingsError, match="MLMT_JUDGE_MODEL set in the environment.*--judge-model"):
         validate(_args())
