@@ -8,7 +8,9 @@
 # Nothing is written to /etc/slurm. Nodes n1, n2 (2 CPUs, 4 GB each) on 127.0.0.1. Each DIR is its own cluster, so
 # several can run at once (CI's two Slurm tests do): its own munged (socket, pid and log under /run/munge, named by
 # DIR's hash: munged needs a socket folder every user can enter), its own ports (free ones, picked at start) and its
-# own job ids (FirstJobId at random: the sbatch scripts derive Ray's ports and temp dir from the job id). Once, two
+# own job ids (FirstJobId at random: the sbatch scripts derive Ray's ports and temp dir from the job id). slurmd's
+# spool is /tmp/mlmt-slurm-HASH, not under DIR: a job step's Unix socket is named there, and a deep DIR (a pytest
+# folder) made its path longer than Linux's 108 bytes, which fails the job's launch ("launch failed requeued held"). Once, two
 # clusters shared the fixed ports: the second's daemons died at start, its jobs went to the first, and its stop
 # signalled the dead slurmctld's PID, which by then could be another test's process. So `start` fails, naming the
 # daemon and printing its log, unless every daemon is up and both nodes idle, and `stop` signals a PID only while it
@@ -17,7 +19,9 @@ set -euo pipefail
 cmd=${1:?install|start|stop}
 dir=${2:-/tmp/mlmt-slurm}
 [ "$cmd" = install ] || { mkdir -p "$dir"; dir=$(cd "$dir" && pwd -P); }
-munge_base=/run/munge/mlmt-$(printf %s "$dir" | md5sum | cut -c1-12)
+key=$(printf %s "$dir" | md5sum | cut -c1-12)  # names what must live outside DIR
+munge_base=/run/munge/mlmt-$key
+spool=/tmp/mlmt-slurm-$key  # slurmd's spool: it holds Unix sockets, whose paths must stay under 108 bytes
 conf=$dir/slurm.conf
 
 # Whether PID is DIR's daemon: its environment names DIR's slurm.conf, or (munged) its command line DIR's socket.
@@ -51,6 +55,7 @@ stop_daemons() {
   done
   if [ -f "$munge_base.log" ]; then cat "$munge_base.log" >>"$dir/log/munged.log" 2>/dev/null || true; fi
   rm -f "$munge_base.log" "$munge_base.seed"
+  rm -rf "$spool"
 }
 
 # A port nothing listens on (a connection to it is refused); a race with another program is caught after the start.
@@ -79,7 +84,7 @@ MailProg=/bin/true
 ReturnToService=2
 FirstJobId=$((1000 + RANDOM * 16 + RANDOM % 16))
 StateSaveLocation=$dir/state
-SlurmdSpoolDir=$dir/spool/%n
+SlurmdSpoolDir=$spool/%n
 SlurmctldPidFile=$dir/slurmctld.pid
 SlurmdPidFile=$dir/slurmd-%n.pid
 SlurmctldLogFile=$dir/log/slurmctld.log
@@ -94,6 +99,7 @@ CONF
 # two nodes are not idle within 30 s, with the reason in $failure.
 start_once() {
   local base=$1 name pid_file
+  mkdir -p "$spool"/{n1,n2}
   write_conf "$base"
   export SLURM_CONF=$conf
   mkdir -p /run/munge && chown munge:munge /run/munge
@@ -123,7 +129,7 @@ install)
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends slurmctld slurmd slurm-client munge
   ;;
 start)
-  mkdir -p "$dir"/{state,spool/n1,spool/n2,log}
+  mkdir -p "$dir"/{state,log}
   for attempt in 1 2 3; do
     base=$((6100 + RANDOM % 1200 * 3))  # 6100-9699: below Ray's worker ports and the kernel's ephemeral ones
     port_free "$base" && port_free $((base + 1)) && port_free $((base + 2)) || continue

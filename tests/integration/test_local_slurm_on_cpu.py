@@ -4,7 +4,8 @@ CI runs its two Slurm tests at once. With fixed ports the second cluster's daemo
 bound), its jobs ran on the first cluster, and its `stop` sent SIGTERM to the PID in the dead slurmctld's pid file:
 by then, after the PIDs had wrapped, any process (another test's Ray node, a pytest worker). Here: two clusters at
 once each run a two-node job on their own controller, one stopped leaves the other working, and a pid file naming
-another process does not get that process killed.
+another process does not get that process killed. The second cluster's folder is deep, as a pytest folder can be:
+slurmd's spool, where a job step's Unix socket is named, must stay short (it is not under the folder).
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ def _run_job(env: dict, tmp_path: Path) -> dict:
 
 def test_two_clusters_at_once_each_run_their_jobs_and_stop_alone(slurm_cluster, tmp_path):
     first = Path(slurm_cluster["SLURM_CONF"]).parent
-    second = tmp_path / "second"
+    second = tmp_path / ("deep" * 20) / "second"  # a job step's socket path under it would pass 108 bytes
     started = subprocess.run(["bash", str(SCRIPT), "start", str(second)], capture_output=True, text=True, timeout=120)
     try:
         assert started.returncode == 0, started.stdout + started.stderr
