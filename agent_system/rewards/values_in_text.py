@@ -169,18 +169,20 @@ def _encoded(text: str) -> list[Value]:
     between two bounds two apart ("more than 33 and fewer than 35", "between 33 and 35")."""
     found: list[Value] = []
     for match in _ROMAN_RE.finditer(text):
-        found += _value_of(_roman(match.group()), match.span())
+        if set(match.group()) != {"I"}:  # "II", "III" are labels far more often ("Type II", "Phase III")
+            found += _value_of(_roman(match.group()), match.span())
     for match in _PREFIXED_BASE_RE.finditer(text):
         found += _value_of(_in_base(match["digits"], _PREFIX_BASES[match["prefix"].lower()]), match.span())
     for match in _SUBSCRIPT_BASE_RE.finditer(text):
-        found += _value_of(_in_base(match["digits"], int(match["base"])), match.span())
+        if _numeral_like(match["digits"]):  # "FF_16", "52_8"; not a sequence's term "a_{12}"
+            found += _value_of(_in_base(match["digits"], int(match["base"])), match.span())
     for sentence in _SENTENCE_RE.finditer(text):
         base = _BASE_WORDS_RE.search(sentence.group())
         if base:
             radix = _BASE_NAMES[base["name"].lower()] if base["name"] else int(base["radix"])
             for match in _BASE_DIGITS_RE.finditer(sentence.group()):
                 span = (sentence.start() + match.start(), sentence.start() + match.end())
-                if len(match.group()) > 1 and match.group() != base["radix"]:
+                if len(match.group()) > 1 and match.group() != base["radix"] and _numeral_like(match.group()):
                     found += _value_of(_in_base(match.group(), radix), span)
         if _REVERSED_RE.search(sentence.group()):
             for match in re.finditer(r"(?<![\d.])\d{2,30}(?!\d|\.\d)", sentence.group()):
@@ -231,6 +233,12 @@ def _roman(numeral: str) -> Fraction | None:
         count, rest = divmod(rest, value)
         standard += letters * count
     return Fraction(total) if standard == numeral else None
+
+
+def _numeral_like(token: str) -> bool:
+    """Whether a token of hexadecimal letters reads as a numeral: it has a digit, or is two or more capitals ("FF";
+    not the words "add", "bed" or a lone "a")."""
+    return any(c.isdigit() for c in token) or (len(token) > 1 and token.isupper())
 
 
 def _in_base(digits: str, base: int) -> Fraction | None:

@@ -176,6 +176,9 @@ OTHER_NOTATION_NEAR_MISSES = [  # short decimals, other options, ambiguous initi
     ("Two things to check: the sign and the divisor.", "2", "Solve 3x = 6."),
     ("The square root of 16 is not the diagonal.", "3\\sqrt{2}", ""),
     ("Step XII of the proof is fine, see equation (42).", "42", ""),
+    ("In base 16, add the digits of the two numbers first.", "2781", ""),  # "add" is no hexadecimal numeral
+    ("Compute the term $a_{12}$ from the recurrence.", "10", ""),  # a sequence's term, not "a" in base 12
+    ("That is a Type II error; recount the cases.", "2", ""),  # a label, not a numeral
 ]
 
 
