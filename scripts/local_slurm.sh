@@ -10,11 +10,11 @@
 # DIR's hash: munged needs a socket folder every user can enter), its own ports (free ones, picked at start) and its
 # own job ids (FirstJobId at random: the sbatch scripts derive Ray's ports and temp dir from the job id). slurmd's
 # spool is /tmp/mlmt-slurm-HASH, not under DIR: a job step's Unix socket is named there, and a deep DIR (a pytest
-# folder) made its path longer than Linux's 108 bytes, which fails the job's launch ("launch failed requeued held"). Once, two
-# clusters shared the fixed ports: the second's daemons died at start, its jobs went to the first, and its stop
-# signalled the dead slurmctld's PID, which by then could be another test's process. So `start` fails, naming the
-# daemon and printing its log, unless every daemon is up and both nodes idle, and `stop` signals a PID only while it
-# is that daemon of DIR (slurmd and slurmctld by SLURM_CONF in their environment, munged by its socket).
+# folder) made its path longer than Linux's 108 bytes, which fails the job's launch ("launch failed requeued held").
+# Once, two clusters shared the fixed ports: the second's daemons died at start, its jobs went to the first, and its
+# stop signalled the dead slurmctld's PID, which by then could be another test's process. So `start` fails, naming
+# the daemon and printing its log, unless every daemon is up and both nodes idle, and `stop` signals a PID only while
+# it is that daemon of DIR (slurmd and slurmctld by SLURM_CONF in their environment, munged by its socket).
 set -euo pipefail
 cmd=${1:?install|start|stop}
 dir=${2:-/tmp/mlmt-slurm}
@@ -35,16 +35,18 @@ is_ours() {
   fi
 }
 
-pid_files() { echo "$dir/slurmd-n1.pid" "$dir/slurmd-n2.pid" "$dir/slurmctld.pid" "$munge_base.pid"; }
+# DIR's daemons, one "NAME PID_FILE" line each
+daemons() { printf '%s\n' "slurmd-n1 $dir/slurmd-n1.pid" "slurmd-n2 $dir/slurmd-n2.pid" "slurmctld $dir/slurmctld.pid" \
+  "munged $munge_base.pid"; }
 
 stop_daemons() {
-  local pid_file pid pids=()
-  for pid_file in $(pid_files); do
+  local name pid_file pid pids=()
+  while read -r name pid_file; do
     [ -f "$pid_file" ] || continue
     pid=$(cat "$pid_file" 2>/dev/null || true)
     if is_ours "$pid"; then pids+=("$pid"); fi
     rm -f "$pid_file"
-  done
+  done < <(daemons)
   for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
   # Wait (up to 15 s) until they are gone: a start right after must not find a slurmctld's port still bound.
   for _ in $(seq 150); do
@@ -110,10 +112,9 @@ start_once() {
   slurmd -N n2 || true
   for _ in $(seq 300); do
     failure=""
-    for name in munged slurmctld slurmd-n1 slurmd-n2; do
-      case $name in munged) pid_file=$munge_base.pid ;; *) pid_file=$dir/$name.pid ;; esac
+    while read -r name pid_file; do
       is_ours "$(cat "$pid_file" 2>/dev/null || true)" || failure="$name is not running"
-    done
+    done < <(daemons)
     if [ -z "$failure" ] && [ "$(sinfo -h -N -o %t 2>/dev/null | grep -c idle)" -eq 2 ]; then return 0; fi
     sleep 0.1
   done

@@ -301,7 +301,7 @@ def _lost_worker(node, error) -> list[str]:
     if status is None:
         ended = "its process had not exited 10 s later"
     elif status < 0:
-        ended = f"killed by {signal.Signals(-status).name}"
+        ended = f"killed by {signal.Signals(-status).name if -status in signal.valid_signals() else -status}"
     else:
         ended = f"exit status {status}"
     lines = [f"{name} (pid {popen.pid}): {error}; {ended}"]

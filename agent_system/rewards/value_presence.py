@@ -123,11 +123,12 @@ def gold_leaked(feedback: str, problem: str, gold: str) -> list[str]:
     golds = _gold_values(gold)
     found = [v for v in values(text) if v.value in golds]
     numbers = [float(g) for g in golds] if golds else [n for n in [gold_number(gold)] if n is not None]
+    roots = []  # no rational value: accounted for only by their text or context
     for number in numbers:
         found += _approximations(text, number)
+        roots += _root_spans(text, number)
     leaks = [text[v.start : v.end] for v in found if not _accounted(text, v, problem_text)]
-    for number in numbers:
-        leaks += _unvalued_leaks(text, problem_text, _root_spans(text, number))
+    leaks += _unvalued_leaks(text, problem_text, roots)
     letter = _option_of(problem, golds)
     if letter:
         leaks += _option_leaks(text, problem, letter)
