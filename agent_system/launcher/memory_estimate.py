@@ -35,7 +35,9 @@ receive them (:func:`level_memory`):
   level has none: its reference is the actor with the adapter switched off.
 * **critic** (a level in ``advantages.critic_levels``: its estimator registered with ``critic=True``, and it
   trains): like the actor, from ``<critic>.fsdp`` and the critic model's ``config.json`` (a token-classification
-  head of one label instead of the LM head).
+  head of one label instead of the LM head). Its values pass and its update hold the activations of their largest
+  micro-batch (``<critic>.forward_max_token_len_per_gpu`` / ``ppo_max_token_len_per_gpu`` tokens), counted as the
+  actor's from ``<critic>.model``'s padding and gradient checkpointing; its values are one number a token.
 * **vLLM**: ``rollout.gpu_memory_utilization × device memory`` per device of a replica, holding the weights
   (``rollout.dtype``, split over ``tensor_model_parallel_size``) and the KV cache; with
   ``engine_kwargs.vllm.kv_cache_memory_bytes`` set, vLLM ignores the fraction and the KV cache is that size. The KV
@@ -344,6 +346,8 @@ class LevelMemory:
     critic_resident: int  # between passes
     critic_host: int
     critic_unset_offload: dict[str, str]
+    critic_loaded: int  # the critic's parameters its values pass loads back (param_offload)
+    critic_passes: list[LogitsPeak]  # its values pass and update: activations (its "logits" are one value a token)
     logits: list[LogitsPeak]  # the level's passes: log-probs (not the snapshot), the update (a level that trains)
     vllm_weights: int  # per device of a replica
     tensor_parallel: int  # devices of a vLLM replica's tensor-parallel group (NCCL above 1)
@@ -588,7 +592,10 @@ def level_memory(
             * shape.parameters
             // fsdp_shards(ref_engine, ranks)
         )
-    critic_name, critic_parameters, critic_state = "", 0, None
+    rollout = tree.rollout
+    response = config.data.max_response_length if level == "ll" else rollout.response_length
+    longest = int(config.data.max_prompt_length + response)  # a row's prompt and response budgets
+    critic_name, critic_parameters, critic_state, critic_passes = "", 0, None, []
     if critic:
         critic_name = CRITIC_TREES[level]
         critic_shape = read_shape(view.critic.model.path, f"{critic_name}.model.path")
@@ -596,7 +603,7 @@ def level_memory(
         critic_state = _trained_state(view.critic.fsdp, f"{critic_name}.fsdp", critic_parameters, ranks,
                                       trains=True)  # fmt: skip
         actor["keys"] += critic_state["keys"]
-    rollout = tree.rollout
+        critic_passes = _critic_passes(view.critic, critic_name, critic_shape, longest, frozen)
     logits = []
     if level != "snapshot":  # the snapshot only generates
         element = dtype_bytes(
@@ -608,8 +615,6 @@ def level_memory(
         if not frozen:
             entropy = bool(tree.actor.get("calculate_entropy", False)) or float(tree.actor.entropy_coeff) != 0
             passes.append(("update", "actor.ppo_max_token_len_per_gpu", entropy))
-        response = config.data.max_response_length if level == "ll" else rollout.response_length
-        longest = int(config.data.max_prompt_length + response)
         checkpointing = (bool(tree.model.enable_gradient_checkpointing),
                          f"{tree_name}.model.enable_gradient_checkpointing")  # fmt: skip
         for name, path, entropy in passes:
@@ -663,6 +668,8 @@ def level_memory(
         critic_resident=sum(critic_state["resident"].values()) if critic_state else 0,
         critic_host=critic_state["host"] if critic_state else 0,
         critic_unset_offload=critic_state["unset"] if critic_state else {},
+        critic_loaded=critic_state["update"]["parameters"] - critic_state["resident"]["parameters"] if critic else 0,
+        critic_passes=critic_passes,
         logits=logits,
         vllm_weights=weights,
         tensor_parallel=tensor_parallel,
@@ -677,6 +684,39 @@ def level_memory(
         kv_sequences=None if tokens is None else tokens // max_model_len,
         max_model_len=max_model_len,
     )
+
+
+def _critic_passes(critic: DictConfig, name: str, shape: ModelShape, longest: int, frozen: bool) -> list[LogitsPeak]:
+    """The critic's values pass (``<critic>.forward_max_token_len_per_gpu`` tokens a micro-batch, no autograd) and,
+    unless the level is frozen, its update (``<critic>.ppo_max_token_len_per_gpu``): the activations of the largest
+    micro-batch, as the actor's (:func:`activation_bytes_per_token`, from ``<critic>.model``'s padding and gradient
+    checkpointing and ``<critic>.fsdp.mixed_precision.param_dtype``). Its head gives one value a token: its
+    "logits" are a vocabulary of one."""
+    element = dtype_bytes(
+        OmegaConf.select(critic, "fsdp.mixed_precision.param_dtype", default=None) or "bf16",
+        f"{name}.fsdp.mixed_precision.param_dtype",
+    )
+    packed = bool(critic.model.use_remove_padding)
+    checkpointing = (bool(critic.model.enable_gradient_checkpointing), f"{name}.model.enable_gradient_checkpointing")
+    passes = [("log_prob", "forward_max_token_len_per_gpu")]
+    if not frozen:
+        passes.append(("update", "ppo_max_token_len_per_gpu"))
+    return [
+        logits_peak(
+            pass_name,
+            f"{name}.{path}",
+            int(OmegaConf.select(critic, path)),
+            packed,
+            1,
+            element,
+            False,
+            False,
+            longest,
+            activation_bytes_per_token(shape, element, packed, pass_name, checkpointing[0], longest),
+            checkpointing,
+        )
+        for pass_name, path in passes
+    ]
 
 
 def _resident_parts(level: LevelMemory, phase: str, scale: list[str]) -> list[Part]:
@@ -718,15 +758,8 @@ def _pass_parts(level: LevelMemory, peak: LogitsPeak, scale: list[str]) -> list[
     """What a pass adds to the resident parts: the actor state it loads back (and, in the update, gradients and
     AdamW moments), and the logits and activations of its largest micro-batch."""
     name = level.level.upper()
-    logits_keys = [f"lower {peak.key} (not below {peak.longest_row})"] if peak.budget > peak.longest_row else []
-    if peak.layout == "padded":
-        logits_keys.append("install flash-attn (packed sequences: docs/GPU_RUN.md)")
-    batch = f"a {peak.tokens:,}-token {peak.layout} micro-batch ({peak.pass_name})"
-    logits = Part(f"{name} logits of {batch}", peak.bytes, 0.0, logits_keys)
-    unchecked = peak.pass_name == "update" and not peak.checkpointing
-    how = "" if peak.pass_name == "log_prob" else ", gradient checkpointing " + ("off" if unchecked else "on")
-    activations = Part(f"{name} activations of {batch}{how}", peak.activations, 0.0,
-                       ([f"{peak.checkpointing_key}=true"] if unchecked else []) + logits_keys)  # fmt: skip
+    logits = Part(f"{name} logits of {_batch(peak)}", peak.bytes, 0.0, _batch_keys(peak))
+    activations = _activations_part(name, peak)
     if peak.pass_name == "log_prob":
         loaded = level.actor_parameters - level.actor_resident_parameters  # param_offload: loaded for the pass
         return [Part(f"{name} actor parameters loaded for the pass", loaded, 0.0, scale), logits, activations]
@@ -735,6 +768,39 @@ def _pass_parts(level: LevelMemory, peak: LogitsPeak, scale: list[str]) -> list[
     keys = [level.unset_offload[k] for k in ("offload_policy",) if k in level.unset_offload] + scale
     return [Part(f"{name} gradients (and offloaded state loaded) for the update", state, 0.0, keys), logits,
             activations]  # fmt: skip
+
+
+def _critic_pass_parts(level: LevelMemory, peak: LogitsPeak, scale: list[str]) -> list[Part]:
+    """What a critic's values pass (its parameters loaded back) or update (its gradients, and its offloaded state
+    loaded back) adds to the resident parts, and the activations and values of its largest micro-batch."""
+    name = f"{level.level.upper()} critic"
+    if peak.pass_name == "log_prob":
+        state = Part(f"{name} parameters loaded for its values pass", level.critic_loaded, 0.0, scale)
+    else:
+        state = Part(f"{name} gradients (and offloaded state loaded) for its update",
+                     level.critic - level.critic_resident, 0.0, scale)  # fmt: skip
+    return [state, _activations_part(name, peak, values=True)]
+
+
+def _batch(peak: LogitsPeak) -> str:
+    return f"a {peak.tokens:,}-token {peak.layout} micro-batch ({peak.pass_name})"
+
+
+def _batch_keys(peak: LogitsPeak) -> list[str]:
+    """What makes a pass's micro-batch smaller: its token budget, down to the longest row; packed sequences."""
+    keys = [f"lower {peak.key} (not below {peak.longest_row})"] if peak.budget > peak.longest_row else []
+    if peak.layout == "padded":
+        keys.append("install flash-attn (packed sequences: docs/GPU_RUN.md)")
+    return keys
+
+
+def _activations_part(name: str, peak: LogitsPeak, values: bool = False) -> Part:
+    """The activations of a pass's largest micro-batch (``values``: and a critic's values, its "logits")."""
+    unchecked = peak.pass_name == "update" and not peak.checkpointing
+    how = "" if peak.pass_name == "log_prob" else ", gradient checkpointing " + ("off" if unchecked else "on")
+    what = "activations and values" if values else "activations"
+    return Part(f"{name} {what} of {_batch(peak)}{how}", peak.activations + (peak.bytes if values else 0), 0.0,
+                ([f"{peak.checkpointing_key}=true"] if unchecked else []) + _batch_keys(peak))  # fmt: skip
 
 
 def _label(level: LevelMemory) -> str:
@@ -782,8 +848,8 @@ def device_sum(levels: list[LevelMemory], devices: str, device: int | None, scal
     at once) and its weight-transfer bucket (the push that precedes generation fills it on the actor's device while
     vLLM holds its weights, and the actor's caching allocator keeps the block). A level's log-prob or update pass:
     the resident state, what the pass adds (:func:`_pass_parts`), and the vLLM engines that do not sleep. A critic's
-    update adds its gradients and the state it loads back (no logits: one value per token).
-    """
+    values pass and update (:func:`_critic_pass_parts`): the state the pass loads back (and its gradients) and the
+    activations of its largest micro-batch (no logits: one value a token)."""
     overheads = device_overheads(levels, ranks)
 
     def resident(phase: str) -> list[Part]:
@@ -798,10 +864,10 @@ def device_sum(levels: list[LevelMemory], devices: str, device: int | None, scal
             name = f"{level.level.upper()} {'update' if peak.pass_name == 'update' else 'log-prob pass'}"
             parts = resident(peak.pass_name) + _pass_parts(level, peak, scale) + awake
             phases.append(_phase(name, parts, device, peak))
-        if level.critic_tree and not level.frozen:
-            added = Part(f"{level.level.upper()} critic gradients (and offloaded state loaded) for its update",
-                         level.critic - level.critic_resident, 0.0, scale)  # fmt: skip
-            phases.append(_phase(f"{level.level.upper()} critic update", resident("update") + [added] + awake, device))
+        for peak in level.critic_passes:
+            name = f"{level.level.upper()} critic {'update' if peak.pass_name == 'update' else 'values pass'}"
+            phases.append(_phase(name, resident(peak.pass_name) + _critic_pass_parts(level, peak, scale) + awake,
+                                 device))  # fmt: skip
     if device is None:
         peak = max(phases, key=lambda p: (p.smallest_device is None, p.smallest_device or 0))
     else:
@@ -1020,6 +1086,19 @@ def gib(value: int | None) -> str:
     return "?" if value is None else f"{value / GIB:.2f}"
 
 
+def _activations_text(peaks: list[LogitsPeak], forward: str = "log-prob") -> str:
+    """The activations of each pass's largest micro-batch, for the plan; ``forward`` names the pass without autograd
+    (a critic's is its values pass)."""
+    return "; ".join(
+        f"{forward if peak.pass_name == 'log_prob' else 'update'} "
+        f"{gib(peak.activations)} GiB ({peak.key}={peak.budget}: {peak.tokens:,} tokens × "
+        f"{peak.activations_per_token:,} bytes"
+        + ("" if peak.pass_name == "log_prob" else f", {peak.checkpointing_key}={str(peak.checkpointing).lower()}")
+        + ")"
+        for peak in peaks
+    )
+
+
 def render_memory(plan: MemoryPlan) -> list[str]:
     """The plan's Markdown lines of the estimate."""
     device = (
@@ -1073,13 +1152,8 @@ def render_memory(plan: MemoryPlan) -> list[str]:
             f"{peak.layout} tokens × {peak.per_token:,} bytes)"
             for peak in level.logits
         )
-        activations = "; ".join(
-            f"{peak.pass_name.replace('_', '-')} {gib(peak.activations)} GiB ({peak.tokens:,} tokens × "
-            f"{peak.activations_per_token:,} bytes"
-            + ("" if peak.pass_name == "log_prob" else
-               f", {peak.checkpointing_key}={str(peak.checkpointing).lower()}") + ")"
-            for peak in level.logits
-        )  # fmt: skip
+        activations = _activations_text(level.logits)
+        critic_activations = _activations_text(level.critic_passes, "values")
         sleeps = "asleep outside generation" if level.vllm_sleeps else "awake in every phase"
         lines += [
             f"- {name}: {level.parameters / 1e9:.2f}B parameters, FSDP over {level.shards} of {level.ranks} rank(s), "
@@ -1088,6 +1162,11 @@ def render_memory(plan: MemoryPlan) -> list[str]:
             f"  - reference: {reference}; critic: {critic}",
             *([f"  - logits peak of the largest micro-batch: {logits}"] if logits else []),
             *([f"  - activations of the largest micro-batch: {activations}"] if activations else []),
+            *(
+                [f"  - critic activations of the largest micro-batch: {critic_activations}"]
+                if critic_activations
+                else []
+            ),
             f"  - weight-transfer bucket: {gib(level.bucket)} GiB on the actor's device in generation "
             f"({level.bucket_key}={level.bucket >> 20})",
             f"  - vLLM ({sleeps}): {budget}; weights {gib(level.vllm_weights)} GiB; {capacity} "

@@ -44,7 +44,8 @@ P1B = 1_235_814_400  # 128256·2048 + 16 · (2·2048² + 2·2048·512 + 3·2048�
 P3B = 3_212_749_824  # 128256·3072 + 28 · (2·3072² + 2·3072·1024 + 3·3072·8192 + 2·3072) + 3072
 D80 = 80 * 2**30  # 85_899_345_920 bytes
 GPU_LIKE = [  # the CPU overlay's settings replaced by verl's GPU ones (bf16 vLLM sized by gpu_memory_utilization and
-    # asleep outside generation, packed sequences with flash-attn, bf16 compute, 16k-token micro-batches)
+    # asleep outside generation, packed sequences with flash-attn, bf16 compute, 16k-token micro-batches; the
+    # critics' too)
     f"{tree}.{key}"
     for tree in ("actor_rollout_ref", "hl")
     for key in ("rollout.dtype=bfloat16", "rollout.engine_kwargs.vllm.kv_cache_memory_bytes=null",
@@ -53,6 +54,11 @@ GPU_LIKE = [  # the CPU overlay's settings replaced by verl's GPU ones (bf16 vLL
                 "rollout.log_prob_max_token_len_per_gpu=16384", "actor.entropy_coeff=0.001",
                 "model.enable_gradient_checkpointing=true")
 ] + [f"++{tree}.actor.fsdp_config.mixed_precision.param_dtype=bf16" for tree in ("actor_rollout_ref", "hl")] + [
+    f"{tree}.{key}"
+    for tree in ("critic", "hl_critic")
+    for key in ("ppo_max_token_len_per_gpu=16384", "model.use_remove_padding=true",
+                "model.enable_gradient_checkpointing=true")
+] + [f"++{tree}.fsdp.mixed_precision.param_dtype=bf16" for tree in ("critic", "hl_critic")] + [
     "data.max_prompt_length=1024", "data.max_response_length=4096", "hl.rollout.response_length=4096"]  # fmt: skip
 VOCAB = 128256
 # the logits peak of a 16,384-token packed micro-batch (docs/RUN_PLAN.md): the update keeps the bf16 logits, their
@@ -382,7 +388,7 @@ def test_gradient_checkpointing_off_adds_every_layer_s_activations_to_the_update
     shape = ModelShape.from_hf_config(LLAMA_1B, "1B")
     assert (on.logits[0].activations, off.logits[0].activations) == (LOG_PROB_ACTIVATIONS,) * 2  # no autograd
     assert on.logits[1].activations == UPDATE_ACTIVATIONS
-    assert off.logits[1].activations == 16384 * (16 * LAYER_1B + (4 + 2 * 2) * 2048 + 4)  # 26.54 GiB
+    assert off.logits[1].activations == 16384 * (16 * LAYER_1B + (4 + 2 * 2) * 2048 + 4)  # 26.78 GiB
     assert activation_bytes_per_token(shape, 2, True, "update", False, 5120) == 16 * LAYER_1B + 8 * 2048 + 4
     update = {phase.name: phase.total for phase in off_plan.sums[0].phases}["LL update"]
     assert update == 2 * CUDA_CONTEXT + 16 * P1B + UPDATE_LOGITS + off.logits[1].activations
@@ -391,6 +397,42 @@ def test_gradient_checkpointing_off_adds_every_layer_s_activations_to_the_update
         "gradient checkpointing off" in message
         and "actor_rollout_ref.model.enable_gradient_checkpointing=true" in message
     )
+
+
+ONE_DEVICE_CRITIC = ["mlmt.ll.adv_estimator=gae", "mlmt.ll_gpus=1", "mlmt.hl_gpus=1", "trainer.n_gpus_per_node=2"]
+
+
+def test_a_critic_s_values_pass_and_update_hold_the_activations_of_their_micro_batch(base, tmp_path):
+    """A 1B LL critic on one device: its values pass holds one layer's tensors of a 16,384-token micro-batch beside
+    the resident state, its update the checkpointed activations, or every layer's without checkpointing; its values
+    are one bf16 number a token (2 copies in the values pass, 3 in the update, as the actor's logits)."""
+    plan = _plan(_config(base, tmp_path, ONE_DEVICE_CRITIC))
+    ll = plan.levels["ll"]
+    critic_state = 16 * (P1B + 2049)  # fp32 parameters, gradients and AdamW moments, one shard
+    assert ll.critic == critic_state and ll.critic_resident == 12 * (P1B + 2049) and ll.critic_loaded == 0
+    values, update = ll.critic_passes
+    assert (values.key, values.budget, update.key, update.budget) == (
+        "critic.forward_max_token_len_per_gpu", 16384, "critic.ppo_max_token_len_per_gpu", 16384)  # fmt: skip
+    assert (values.activations, update.activations) == (LOG_PROB_ACTIVATIONS, UPDATE_ACTIVATIONS)
+    phases = {phase.name: phase.total for phase in plan.sums[0].phases}
+    resident = 2 * CUDA_CONTEXT + 12 * P1B + 12 * (P1B + 2049)  # one rank: no NCCL; fp32 actor and critic state
+    assert phases["LL critic values pass"] == resident + LOG_PROB_ACTIVATIONS + 16384 * 2 * 2
+    assert phases["LL critic update"] == resident + 4 * (P1B + 2049) + UPDATE_ACTIVATIONS + 16384 * 3 * 2
+
+    off = _plan(_config(base, tmp_path, [*ONE_DEVICE_CRITIC, "critic.model.enable_gradient_checkpointing=false"]))
+    shape = ModelShape.from_hf_config(LLAMA_1B, "1B")
+    per_token = activation_bytes_per_token(shape, 2, True, "update", False, 5120)  # 16 layers' sets: 1.66 MiB
+    assert off.levels["ll"].critic_passes[1].activations == 16384 * per_token  # 26.78 GiB
+    (critic_update,) = [phase for phase in off.sums[0].phases if phase.name == "LL critic update"]
+    assert critic_update.total == resident + 4 * (P1B + 2049) + 16384 * per_token + 16384 * 3 * 2
+    (activations,) = [part for part in critic_update.parts if "activations" in part.what]
+    assert activations.what == ("LL critic activations and values of a 16,384-token packed micro-batch (update), "
+                                "gradient checkpointing off")  # fmt: skip
+    assert activations.keys == ["critic.model.enable_gradient_checkpointing=true",
+                                "lower critic.ppo_max_token_len_per_gpu (not below 5120)"]  # fmt: skip
+    text = "\n".join(render_memory(off))
+    assert ("critic activations of the largest micro-batch: values 1.66 GiB (critic.forward_max_token_len_per_gpu"
+            "=16384: 16,384 tokens × 108,680 bytes); update 26.78 GiB") in text  # fmt: skip
 
 
 def test_the_logits_peak_scales_with_vocabulary_and_token_budget_as_the_formula_says():
