@@ -365,8 +365,8 @@ def attention_fallback(config: DictConfig, on_gpu: bool, flash_attn: bool) -> li
 
 def lower_padded_budgets(config: DictConfig, memory: MemoryPlan) -> list[str]:
     """Set the token budgets :func:`~agent_system.launcher.memory_estimate.padded_budgets` lowers to keep each padded
-    pass within the device less ``memory_estimate.MARGIN`` (a log-prob budget also caps the level's reference, which
-    runs the same pass); returns the ``key=value`` settings made.
+    pass within the device less ``memory_estimate.MARGIN`` (a log-prob budget, in tokens or rows, also caps the
+    level's reference, which runs the same pass); returns the ``key=value`` settings made.
 
     Each key's value is read as the level's workers receive it, in its view (:func:`~agent_system.config.level_view`):
     verl's default ``<tree>.ref.log_prob_max_token_len_per_gpu`` interpolates
@@ -375,7 +375,7 @@ def lower_padded_budgets(config: DictConfig, memory: MemoryPlan) -> list[str]:
     changed = []
     for key, budget in padded_budgets(memory).items():
         keys = [key]
-        if key.endswith(".rollout.log_prob_max_token_len_per_gpu"):
+        if ".rollout.log_prob_" in key:
             keys.append(key.replace(".rollout.", ".ref."))
         for name in keys:
             tree, path = name.split(".", 1)

@@ -21,7 +21,9 @@ receive them (:func:`level_memory`):
   get one): :func:`trainable_parameters`.
 * **logits**: the peak of the log-prob pass and of the update over the largest micro-batch of each level
   (:func:`logits_peak`): tokens × vocabulary × bytes per element, packed (``use_remove_padding=true``) at the token
-  budget, padded (sdpa) at :data:`PADDED_FACTOR` × the budget.
+  budget, padded (sdpa) at :data:`PADDED_FACTOR` × the budget. Without dynamic batching (``use_dynamic_bsz=false``)
+  a micro-batch is the pass's rows per device (``…micro_batch_size_per_gpu``), each of up to the longest row
+  (:func:`micro_batch`).
 * **activations** of the same micro-batch (:func:`activation_bytes_per_token`): what autograd keeps for the backward,
   tokens × bytes per token. Per decoder layer and token (:meth:`ModelShape.layer_activation_bytes`, from the tensors
   transformers' Llama / Qwen2 decoder layer saves: both RMSNorms' fp32 input and 16-bit output, the attention's
@@ -507,7 +509,7 @@ class LogitsPeak:
     pass_name: str  # "update" or "log_prob"
     key: str  # the token budget's key
     budget: int  # its value
-    tokens: int  # tokens of the largest micro-batch: the budget packed, PADDED_FACTOR × it padded
+    tokens: int  # of the largest micro-batch: the budget packed, PADDED_FACTOR × it padded, × longest_row in rows
     layout: str  # "packed" or "padded"
     vocab: int
     per_token: int  # logits bytes per token of the micro-batch
@@ -516,14 +518,25 @@ class LogitsPeak:
     activations_per_token: int  # activation_bytes_per_token
     checkpointing: bool  # <tree>.model.enable_gradient_checkpointing
     checkpointing_key: str
+    rows: bool = False  # the budget counts rows of up to longest_row tokens (use_dynamic_bsz=false), not tokens
+
+    @property
+    def tokens_per_unit(self) -> int:
+        """Tokens of the micro-batch per unit of its budget (a row's longest, or a budget token's)."""
+        return self.longest_row if self.rows else 1 if self.layout == "packed" else PADDED_FACTOR
+
+    @property
+    def least(self) -> int:
+        """The least budget verl accepts: one row, or a token budget of the longest row."""
+        return 1 if self.rows else self.longest_row
 
     @property
     def activations(self) -> int:
         return self.tokens * self.activations_per_token
 
     def at_budget(self, budget: int) -> int:
-        """Logits and activations of the pass's largest micro-batch with a token budget of ``budget``."""
-        tokens = budget if self.layout == "packed" else PADDED_FACTOR * budget
+        """Logits and activations of the pass's largest micro-batch with a budget (tokens or rows) of ``budget``."""
+        tokens = budget * self.tokens_per_unit
         return self.bytes - self.tokens * self.per_token + tokens * (self.per_token + self.activations_per_token)
 
 
@@ -539,13 +552,15 @@ def logits_peak(
     longest_row: int,
     activations_per_token: int,
     checkpointing: tuple[bool, str],
+    rows: bool = False,
 ) -> LogitsPeak:
-    """The logits peak of a pass (``update`` or ``log_prob``) with ``budget`` tokens per micro-batch: ``tokens ×
-    vocab × per-element bytes`` (the constants above); ``entropy``: the pass computes it. ``activations_per_token``
+    """The logits peak of a pass (``update`` or ``log_prob``) with ``budget`` tokens per micro-batch (``rows``:
+    ``budget`` rows, each up to ``longest_row`` tokens, packed or padded): ``tokens × vocab × per-element bytes``
+    (the constants above); ``entropy``: the pass computes it. ``activations_per_token``
     (:func:`activation_bytes_per_token`) and ``checkpointing`` (whether it is on, its key) describe the activations
     beside the logits."""
     layout = "packed" if packed else "padded"
-    tokens = budget if packed else PADDED_FACTOR * budget
+    tokens = budget * longest_row if rows else budget if packed else PADDED_FACTOR * budget
     copies = LOGITS_COPIES[layout, pass_name]
     fp32, transient = 0, 0
     if entropy and packed and chunked:
@@ -557,7 +572,28 @@ def logits_peak(
         copies += ENTROPY_COPIES
     per_token = vocab * (copies * element_bytes + fp32)
     return LogitsPeak(pass_name, key, budget, tokens, layout, vocab, per_token, tokens * per_token + transient,
-                      longest_row, activations_per_token, *checkpointing)  # fmt: skip
+                      longest_row, activations_per_token, *checkpointing, rows)  # fmt: skip
+
+
+def micro_batch(tree: DictConfig, name: str, dynamic: str, tokens: str, rows: str, ranks: int) -> tuple[str, int, bool]:
+    """``(key, budget, rows)``: the setting that sizes a pass's micro-batches in ``tree`` (named ``name``), as verl
+    reads it. ``dynamic`` (``use_dynamic_bsz``) on: the token budget ``tokens``. Off: ``rows`` rows per device (its
+    global form without ``_per_gpu`` divided over the ``ranks``, as verl does when only that is set).
+
+    Raises:
+        MemoryUnavailable: Neither row count is set while ``dynamic`` is off (verl refuses that too).
+    """
+    if OmegaConf.select(tree, dynamic, default=False):
+        return f"{name}.{tokens}", int(OmegaConf.select(tree, tokens)), False
+    per_device = OmegaConf.select(tree, rows, default=None)
+    if per_device is None and OmegaConf.select(tree, rows.removesuffix("_per_gpu"), default=None) is not None:
+        per_device = int(OmegaConf.select(tree, rows.removesuffix("_per_gpu"))) // ranks
+    if per_device is None:
+        raise MemoryUnavailable(
+            f"{name}.{dynamic}=false and {name}.{rows} is not set: verl needs a micro-batch size without dynamic "
+            f"batching (or set {name}.{dynamic}=true and {name}.{tokens})"
+        )
+    return f"{name}.{rows}", int(per_device), True
 
 
 def level_memory(
@@ -603,7 +639,7 @@ def level_memory(
         critic_state = _trained_state(view.critic.fsdp, f"{critic_name}.fsdp", critic_parameters, ranks,
                                       trains=True)  # fmt: skip
         actor["keys"] += critic_state["keys"]
-        critic_passes = _critic_passes(view.critic, critic_name, critic_shape, longest, frozen)
+        critic_passes = _critic_passes(view.critic, critic_name, critic_shape, longest, frozen, ranks)
     logits = []
     if level != "snapshot":  # the snapshot only generates
         element = dtype_bytes(
@@ -611,18 +647,19 @@ def level_memory(
             f"{tree_name}.actor.fsdp_config.mixed_precision.param_dtype",
         )
         packed, chunked = bool(tree.model.use_remove_padding), bool(tree.actor.entropy_from_logits_with_chunking)
-        passes = [("log_prob", "rollout.log_prob_max_token_len_per_gpu", True)]
+        passes = [("log_prob", ("rollout.log_prob_use_dynamic_bsz", "rollout.log_prob_max_token_len_per_gpu",
+                                "rollout.log_prob_micro_batch_size_per_gpu"), True)]  # fmt: skip
         if not frozen:
             entropy = bool(tree.actor.get("calculate_entropy", False)) or float(tree.actor.entropy_coeff) != 0
-            passes.append(("update", "actor.ppo_max_token_len_per_gpu", entropy))
+            passes.append(("update", ("actor.use_dynamic_bsz", "actor.ppo_max_token_len_per_gpu",
+                                      "actor.ppo_micro_batch_size_per_gpu"), entropy))  # fmt: skip
         checkpointing = (bool(tree.model.enable_gradient_checkpointing),
                          f"{tree_name}.model.enable_gradient_checkpointing")  # fmt: skip
-        for name, path, entropy in passes:
-            budget = int(OmegaConf.select(tree, path))  # the level's own (docstring)
-            key = f"{tree_name}.{path}"
+        for name, setting, entropy in passes:
+            key, budget, rows = micro_batch(tree, tree_name, *setting, ranks)  # the level's own (docstring)
             activations = activation_bytes_per_token(shape, element, packed, name, checkpointing[0], longest)
             logits.append(logits_peak(name, key, budget, packed, shape.vocab, element, entropy, chunked, longest,
-                                      activations, checkpointing))  # fmt: skip
+                                      activations, checkpointing, rows))  # fmt: skip
     tensor_parallel = int(rollout.tensor_model_parallel_size)
     weights = dtype_bytes(rollout.dtype, f"{tree_name}.rollout.dtype") * shape.parameters // tensor_parallel
     kv_dtype = OmegaConf.select(rollout, "engine_kwargs.vllm.kv_cache_dtype", default=None)
@@ -686,9 +723,12 @@ def level_memory(
     )
 
 
-def _critic_passes(critic: DictConfig, name: str, shape: ModelShape, longest: int, frozen: bool) -> list[LogitsPeak]:
-    """The critic's values pass (``<critic>.forward_max_token_len_per_gpu`` tokens a micro-batch, no autograd) and,
-    unless the level is frozen, its update (``<critic>.ppo_max_token_len_per_gpu``): the activations of the largest
+def _critic_passes(
+    critic: DictConfig, name: str, shape: ModelShape, longest: int, frozen: bool, ranks: int
+) -> list[LogitsPeak]:
+    """The critic's values pass (``<critic>.forward_max_token_len_per_gpu`` tokens a micro-batch, or
+    ``forward_micro_batch_size_per_gpu`` rows without dynamic batching; no autograd) and, unless the level is frozen,
+    its update (``ppo_max_token_len_per_gpu`` / ``ppo_micro_batch_size_per_gpu``): the activations of the largest
     micro-batch, as the actor's (:func:`activation_bytes_per_token`, from ``<critic>.model``'s padding and gradient
     checkpointing and ``<critic>.fsdp.mixed_precision.param_dtype``). Its head gives one value a token: its
     "logits" are a vocabulary of one."""
@@ -698,25 +738,15 @@ def _critic_passes(critic: DictConfig, name: str, shape: ModelShape, longest: in
     )
     packed = bool(critic.model.use_remove_padding)
     checkpointing = (bool(critic.model.enable_gradient_checkpointing), f"{name}.model.enable_gradient_checkpointing")
-    passes = [("log_prob", "forward_max_token_len_per_gpu")]
-    if not frozen:
-        passes.append(("update", "ppo_max_token_len_per_gpu"))
-    return [
-        logits_peak(
-            pass_name,
-            f"{name}.{path}",
-            int(OmegaConf.select(critic, path)),
-            packed,
-            1,
-            element,
-            False,
-            False,
-            longest,
-            activation_bytes_per_token(shape, element, packed, pass_name, checkpointing[0], longest),
-            checkpointing,
-        )
-        for pass_name, path in passes
-    ]
+    passes = [("log_prob", "forward")] + ([] if frozen else [("update", "ppo")])
+    peaks = []
+    for pass_name, prefix in passes:
+        settings = ("use_dynamic_bsz", f"{prefix}_max_token_len_per_gpu", f"{prefix}_micro_batch_size_per_gpu")
+        key, budget, rows = micro_batch(critic, name, *settings, ranks)
+        activations = activation_bytes_per_token(shape, element, packed, pass_name, checkpointing[0], longest)
+        peaks.append(logits_peak(pass_name, key, budget, packed, 1, element, False, False, longest, activations,
+                                 checkpointing, rows))  # fmt: skip
+    return peaks
 
 
 def _resident_parts(level: LevelMemory, phase: str, scale: list[str]) -> list[Part]:
@@ -788,7 +818,7 @@ def _batch(peak: LogitsPeak) -> str:
 
 def _batch_keys(peak: LogitsPeak) -> list[str]:
     """What makes a pass's micro-batch smaller: its token budget, down to the longest row; packed sequences."""
-    keys = [f"lower {peak.key} (not below {peak.longest_row})"] if peak.budget > peak.longest_row else []
+    keys = [f"lower {peak.key} (not below {peak.least})"] if peak.budget > peak.least else []
     if peak.layout == "padded":
         keys.append("install flash-attn (packed sequences: docs/GPU_RUN.md)")
     return keys
@@ -982,10 +1012,11 @@ def memory_plan(config: DictConfig, device: int | None, device_source: str, refe
 
 
 def padded_budgets(plan: MemoryPlan) -> dict[str, int]:
-    """The token budgets to lower so that each padded pass (sdpa, ``use_remove_padding=false``) fits the usable
-    memory (the device less :data:`MARGIN`): ``{key: budget}``. A pass whose phase exceeds it gets the largest budget
-    whose logits and activations fit beside the rest of the phase, never above its setting; one that would need less
-    than its longest row (the least verl accepts) is left as it is, and start-up refuses the run with the numbers
+    """The token budgets (rows per micro-batch without dynamic batching) to lower so that each padded pass (sdpa,
+    ``use_remove_padding=false``) fits the usable memory (the device less :data:`MARGIN`): ``{key: budget}``. A pass
+    whose phase exceeds it gets the largest budget whose logits and activations fit beside the rest of the phase,
+    never above its setting; one that would need less than the longest row (one row: the least verl accepts) is left
+    as it is, and start-up refuses the run with the numbers
     (:func:`refuse_overcommit`)."""
     lowered: dict[str, int] = {}
     if plan.usable is None:
@@ -996,7 +1027,7 @@ def padded_budgets(plan: MemoryPlan) -> dict[str, int]:
             if peak is None or peak.layout != "padded" or phase.total <= plan.usable:
                 continue
             budget = _padded_budget(phase, plan.usable)
-            if peak.longest_row <= budget < peak.budget:
+            if peak.least <= budget < peak.budget:
                 lowered[peak.key] = min(budget, lowered.get(peak.key, budget))
     return lowered
 
@@ -1006,7 +1037,7 @@ def _padded_budget(phase: Phase, room: int) -> int:
     the rest of the phase."""
     peak = phase.logits
     left = room - (phase.total - peak.bytes - peak.activations)
-    return max(left, 0) // (PADDED_FACTOR * (peak.per_token + peak.activations_per_token))
+    return max(left, 0) // (peak.tokens_per_unit * (peak.per_token + peak.activations_per_token))
 
 
 ALLOW_KEY = "mlmt.plan_allow_overcommit"
@@ -1046,10 +1077,11 @@ def _padded_text(phase: Phase, room: int) -> str:
     if peak is None or peak.layout != "padded":
         return ""
     budget = _padded_budget(phase, room)
-    if peak.longest_row <= budget < peak.budget:
+    if peak.least <= budget < peak.budget:
         return f" Padded sequences: a start-up on a GPU lowers {peak.key} to {budget}, the largest budget that fits."
-    least = phase.total - peak.bytes - peak.activations + peak.at_budget(peak.longest_row)
-    return (f" Padded sequences: at the least budget verl accepts ({peak.key}={peak.longest_row}, the longest row) "
+    least = phase.total - peak.bytes - peak.activations + peak.at_budget(peak.least)
+    floor = "one row" if peak.rows else "the longest row"
+    return (f" Padded sequences: at the least budget verl accepts ({peak.key}={peak.least}, {floor}) "
             f"the {phase.name} still needs {gib(least)} GiB.")  # fmt: skip
 
 

@@ -497,6 +497,45 @@ def test_without_flash_attn_the_padded_budgets_are_lowered_to_what_fits_or_refus
         refuse_overcommit(small, allowed=False)
 
 
+def test_without_dynamic_batching_a_micro_batch_is_its_rows_of_the_longest_row(base, tmp_path):
+    """``use_dynamic_bsz=false``: verl cuts micro-batches by ``…micro_batch_size_per_gpu`` rows, and the token
+    budgets do not act; each row is up to the longest (1,024 + 4,096 tokens). Padded (no flash-attn) a start-up
+    lowers the rows that do not fit; a missing row count is named."""
+    rows = ["actor_rollout_ref.actor.use_dynamic_bsz=false", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
+            "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=false",
+            "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=8", "mlmt.ll_gpus=1", "mlmt.hl_gpus=1",
+            "trainer.n_gpus_per_node=2"]  # fmt: skip
+    plan = _plan(_config(base, tmp_path, rows))
+    log_prob, update = plan.levels["ll"].logits
+    assert (update.key, update.budget, update.tokens) == ("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", 4,
+                                                          4 * 5120)  # fmt: skip
+    assert (log_prob.key, log_prob.tokens) == ("actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu", 8 * 5120)
+    assert update.bytes == 4 * 5120 * VOCAB * (3 * 2 + 8) and update.activations == 20480 * UPDATE_ACTIVATIONS // 16384
+    assert plan.levels["hl"].logits[1].tokens == 16384  # the HL keeps its token budget
+
+    more = [
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=64",
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=64",  # the reference runs the same pass
+        *[f"{tree}.rollout.gpu_memory_utilization=0.4" for tree in ("actor_rollout_ref", "hl")],  # generation fits
+    ]
+    padded = _config(base, tmp_path, [*rows, *more], LLAMA_3B)
+    attention_fallback(padded, on_gpu=True, flash_attn=False)
+    lowered = lower_padded_budgets(padded, _plan(padded))
+    (log_prob_rows,) = [int(item.split("=")[1]) for item in lowered if ".rollout.log_prob_micro" in item]
+    assert (
+        1 <= log_prob_rows < 64
+        and f"actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu={log_prob_rows}" in lowered
+    )
+    after = _plan(padded)
+    assert after.sums[0].fits, "\n".join(render_memory(after))
+    assert after.levels["ll"].logits[0].tokens == log_prob_rows * 5120
+
+    missing = _config(base, tmp_path, [*rows, "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=null"])
+    with pytest.raises(MemoryUnavailable, match=r"actor_rollout_ref\.actor\.use_dynamic_bsz=false and "
+                       r"actor_rollout_ref\.actor\.ppo_micro_batch_size_per_gpu is not set"):  # fmt: skip
+        _plan(missing)
+
+
 # verl's default of both log-prob budgets (rollout and reference) of a tree: its actor's update budget, named by the
 # path it has in the workers' config, where the tree is actor_rollout_ref
 VERL_LOG_PROB_BUDGET = "${oc.select:actor_rollout_ref.actor.ppo_max_token_len_per_gpu,16384}"
