@@ -618,9 +618,10 @@ def set_away_from_default(config: DictConfig, keys: list[str]) -> list[str]:
 
 
 def _reject_unselected_reward_keys(config: DictConfig) -> None:
-    """Refuse the HL reward's sub-keys set (away from the YAML's default) where the reward that reads them is not
-    selected: ``contrastive_lambda`` / ``contrastive_reference`` without ``hl_reward=contrastive``, and ``reg_gap``
-    (the lagged snapshot's refresh period) without the snapshot (contrastive with ``lagged_snapshot``)."""
+    """Refuse the reward's sub-keys set (away from the YAML's default) where what reads them is not selected:
+    ``contrastive_lambda`` / ``contrastive_reference`` without ``hl_reward=contrastive``, ``reg_gap`` (the lagged
+    snapshot's refresh period) without the snapshot (contrastive with ``lagged_snapshot``), and a judge's
+    ``timeout_s`` / ``api_key_env`` (``judge``, ``leak_judge``) while its model and endpoint are unset."""
     reward, errors = config.mlmt.reward, []
     contrastive = reward.hl_reward == "contrastive"
     if not contrastive:
@@ -638,6 +639,17 @@ def _reject_unselected_reward_keys(config: DictConfig) -> None:
                 f"{reward.contrastive_reference}: reg_gap is the refresh period of the lagged LL snapshot, which only "
                 "hl_reward=contrastive with contrastive_reference=lagged_snapshot starts, so it cannot act; unset it"
             )
+    for block in ("judge", "leak_judge"):
+        judge = reward[block]
+        if not (judge.model or judge.base_url):
+            unread = set_away_from_default(
+                config, [f"mlmt.reward.{block}.{key}" for key in ("timeout_s", "api_key_env")]
+            )
+            if unread:
+                errors.append(
+                    f"{', '.join(unread)} with mlmt.reward.{block}.model and base_url unset: that judge is off, so "
+                    f"they cannot act; set mlmt.reward.{block}.model and base_url, or unset them"
+                )
     if errors:
         raise ConfigError("; ".join(errors))
 

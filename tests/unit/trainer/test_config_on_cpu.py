@@ -179,6 +179,9 @@ STAGE_TWO_ALPHA = {"mlmt.stages.alpha": [1.0]}
         # KL coefficients of a frozen level
         ({"mlmt.ll.freeze": True, "mlmt.stages.beta_turn3": [0.1]}, ["mlmt.stages.beta_turn3", "mlmt.ll.freeze"]),
         ({"mlmt.hl.freeze": True, "mlmt.stages.beta_turn2": [0.1]}, ["mlmt.stages.beta_turn2", "mlmt.hl.freeze"]),
+        # a judge's request settings while the judge is off (no model, no endpoint)
+        ({"mlmt.reward.judge.timeout_s": 2.0}, ["mlmt.reward.judge.timeout_s=2.0 (default 3.0)", "judge is off"]),
+        ({"mlmt.reward.leak_judge.api_key_env": "MY_KEY"}, ["mlmt.reward.leak_judge.api_key_env='MY_KEY'"]),
     ],
 )
 def test_validate_rejects_inert_combinations_naming_the_keys(cfg, changes, keys):
@@ -205,6 +208,9 @@ def test_validate_rejects_inert_combinations_naming_the_keys(cfg, changes, keys)
         | {"mlmt.hl.adv_estimator": "reinforce"}
         | STAGE_TWO_ALPHA,
         {"mlmt.hl.freeze": True, "mlmt.stages.beta_turn3": [0.1]},
+        # a judge that is on reads them
+        {"mlmt.reward.leak_judge.model": "qwen", "mlmt.reward.leak_judge.base_url": "http://h/v1"}
+        | {"mlmt.reward.leak_judge.timeout_s": 20.0, "mlmt.reward.leak_judge.api_key_env": "MY_KEY"},
     ],
 )
 def test_acting_combinations_are_accepted(cfg, changes):
