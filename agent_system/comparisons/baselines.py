@@ -190,8 +190,8 @@ def turn_overrides(config: DictConfig, budget: Budget) -> list[str]:
 def mini_batch_overrides(config: DictConfig, optimizer_steps: int) -> list[str]:
     """Each trained policy's and critic's mini-batch: its level's rows per update (padded to its ranks) divided into
     ``optimizer_steps`` parts, rounded up (the run plan shows the steps this gives)."""
-    from agent_system.config import CRITIC_TREES, POLICY_TREES, frozen_levels, has_hl
-    from agent_system.launcher.plan import critic_name, level_rows, level_world_size
+    from agent_system.config import frozen_levels, has_hl
+    from agent_system.launcher.plan import level_rows, level_world_size, mini_batch_keys
 
     frozen = frozen_levels(config)
     overrides = []
@@ -201,9 +201,7 @@ def mini_batch_overrides(config: DictConfig, optimizer_steps: int) -> list[str]:
         world = level_world_size(config, level)
         per_rank = -(-level_rows(config, level) // world)
         mini = -(-per_rank // optimizer_steps) * world
-        overrides.append(f"{POLICY_TREES[level]}.actor.ppo_mini_batch_size={mini}")
-        if critic_name(config, level) == CRITIC_TREES[level]:
-            overrides.append(f"{CRITIC_TREES[level]}.ppo_mini_batch_size={mini}")
+        overrides += [f"{key}={mini}" for key in mini_batch_keys(config, level)]
     return overrides
 
 

@@ -335,6 +335,15 @@ class MiniBatchCut:
         )
 
 
+def mini_batch_keys(config: DictConfig, level: str) -> dict[str, str]:
+    """The mini-batch size keys of ``level``'s optimizers (its policy's, and its critic's when it has verl's), each
+    with its path in the level's view (:func:`~agent_system.config.level_view`)."""
+    keys = {f"{POLICY_TREES[level]}.actor.ppo_mini_batch_size": "actor_rollout_ref.actor.ppo_mini_batch_size"}
+    if critic_name(config, level) == CRITIC_TREES[level]:
+        keys[f"{CRITIC_TREES[level]}.ppo_mini_batch_size"] = "critic.ppo_mini_batch_size"
+    return keys
+
+
 def mini_batch_cuts(config: DictConfig) -> list[MiniBatchCut]:
     """Each optimizer of a trained level whose mini-batch size is cut to a divisor of its (padded) rows."""
     found = []
@@ -346,10 +355,7 @@ def mini_batch_cuts(config: DictConfig) -> list[MiniBatchCut]:
         rows = -(-level_rows(config, level) // world) * world  # padded to the data-parallel size
         # read in the level's own view (as its workers get it): the HL critic's default names actor_rollout_ref
         view = level_view(config, level)
-        keys = {f"{POLICY_TREES[level]}.actor.ppo_mini_batch_size": "actor_rollout_ref.actor.ppo_mini_batch_size"}
-        if critic_name(config, level) == CRITIC_TREES[level]:
-            keys[f"{CRITIC_TREES[level]}.ppo_mini_batch_size"] = "critic.ppo_mini_batch_size"
-        for key, in_view in keys.items():
+        for key, in_view in mini_batch_keys(config, level).items():
             setting = int(OmegaConf.select(view, in_view))
             size = mini_batch_size(rows, setting, world)
             if size < min(setting, rows):
