@@ -694,8 +694,9 @@ def grade(
     strict = pool.score(items)
     loose = lenient.grade([(s[p].text, gold[i]) for i, s, p in answers])
     feedback_turns = [i for i in range(len(turns[0])) if i not in positions]  # --hl: turns 2, 4, ...
+    replied = [(s, p, i) for i in batch for s in samples[i] for p in feedback_turns]  # turn p replies to p - 1
     leaks = iter(
-        check_feedbacks(pool, [(s[p].text, rows[i]) for i in batch for s in samples[i] for p in feedback_turns])
+        check_feedbacks(pool, [(s[p].text, rows[i]) for s, p, i in replied], [s[p - 1].text for s, p, _ in replied])
     )
     verdicts = ["not_asked"] * len(answers)
     if args.judge_config is not None:  # the rule-graded wrong answers, with the problem text

@@ -293,6 +293,19 @@ def _boxes(text: str) -> list[str]:
     return found
 
 
+MAX_BARE_ANSWER_CHARS = 60  # an attempt without a box this short is its answer ("72", "(3,4)")
+
+
+def attempt_answer(attempt: str | None) -> str:
+    """The final answer of the attempt a feedback replies to: its last box, or the attempt itself when it is a bare
+    answer (one line of at most :data:`MAX_BARE_ANSWER_CHARS` characters, as a labelled set may give it); "" else."""
+    boxes = _boxes(attempt or "")
+    if boxes:
+        return boxes[-1]
+    bare = (attempt or "").strip()
+    return bare if len(bare) <= MAX_BARE_ANSWER_CHARS and "\n" not in bare else ""
+
+
 def _value(rest: str) -> str:
     """The maths at the start of ``rest``: ``$...$``, ``\\(...\\)``, else the text before prose or punctuation
     outside brackets (a comma, semicolon or stop followed by a space, a line break, a word of two letters or more)."""
@@ -527,13 +540,17 @@ def applies_to(data_source: str) -> bool:
     return task_kind(data_source) == "math"
 
 
-def check_feedbacks(pool, feedbacks: Sequence[tuple[str, dict]]) -> np.ndarray:
+def check_feedbacks(
+    pool, feedbacks: Sequence[tuple[str, dict]], attempts: Sequence[str | None] | None = None
+) -> np.ndarray:
     """Whether each feedback states its problem's answer, graded in one ``pool.score`` call.
 
     Args:
         pool: A :class:`agent_system.rewards.RewardPool` (or anything with its ``score``).
         feedbacks: ``(feedback text, dataset row)`` pairs; the row gives ``data_source`` and
             ``reward_model.ground_truth`` (verl parquet schema).
+        attempts: The text of the attempt each feedback replies to (None: not known); value presence applies an
+            operation the feedback names to its last boxed answer ("halve what you got").
 
     Returns:
         (N,) float: 1.0 leaks, 0.0 does not, NaN not applicable (code and YAML tasks). A candidate whose grading
@@ -547,7 +564,9 @@ def check_feedbacks(pool, feedbacks: Sequence[tuple[str, dict]]) -> np.ndarray:
         result[index] = 0.0
         gold = str(row["reward_model"]["ground_truth"])
         problem = str((row.get("extra_info") or {}).get("question") or "")
-        if gold_leaked(normalized(scanned_text(text or "")), normalized(problem[-MAX_PROBLEM_CHARS:]), gold):
+        answer = attempt_answer(attempts[index]) if attempts is not None else ""
+        feedback = normalized(scanned_text(text or ""))
+        if gold_leaked(feedback, normalized(problem[-MAX_PROBLEM_CHARS:]), gold, normalized(answer)):
             result[index] = 1.0
             continue
         for form in (f for c in candidate_answers(text, problem) for f in answer_forms(c, gold)):
@@ -678,9 +697,10 @@ def labelled_pairs(items: Sequence[dict]) -> list[tuple[str, dict]]:
 
 
 def check_labelled(pool, items: Sequence[dict]) -> np.ndarray:
-    """:func:`check_feedbacks` on labelled feedbacks (:func:`labelled_pairs`). The held-out tests and ``python -m
-    agent_system.rewards.leak --score`` (:mod:`agent_system.rewards.leak_score`) score with it."""
-    return check_feedbacks(pool, labelled_pairs(items))
+    """:func:`check_feedbacks` on labelled feedbacks (:func:`labelled_pairs`), with the ``attempt`` each replies to
+    where it is given. The held-out tests and ``python -m agent_system.rewards.leak --score``
+    (:mod:`agent_system.rewards.leak_score`) score with it."""
+    return check_feedbacks(pool, labelled_pairs(items), [i.get("attempt") for i in items])
 
 
 def leak_scores(problems: Sequence[dict], episodes, pool, judge: JudgeConfig | None = None) -> LeakVerdicts | None:
@@ -693,15 +713,15 @@ def leak_scores(problems: Sequence[dict], episodes, pool, judge: JudgeConfig | N
         judge: The leak judge (``mlmt.reward.leak_judge``), or None.
     """
     shape = (len(episodes), len(episodes[0].attempts), len(episodes[0].attempts[0].refinements))
-    pairs = [
-        (refinement.feedback.text if refinement.feedback is not None else None, row)
-        for row, episode in zip(problems, episodes, strict=True)
-        for attempt in episode.attempts
-        for refinement in attempt.refinements
-    ]
+    pairs, attempts = [], []
+    for row, episode in zip(problems, episodes, strict=True):
+        for attempt in episode.attempts:
+            for refinement in attempt.refinements:
+                pairs.append((refinement.feedback.text if refinement.feedback is not None else None, row))
+                attempts.append(attempt.attempt.text)
     if not pairs or any(text is None for text, _ in pairs):
         return None
-    return judged_verdicts(pairs, check_feedbacks(pool, pairs), judge).reshape(shape)
+    return judged_verdicts(pairs, check_feedbacks(pool, pairs, attempts), judge).reshape(shape)
 
 
 def transition_names(first: np.ndarray, final: np.ndarray) -> np.ndarray:

@@ -33,6 +33,14 @@ import math
 import re
 from fractions import Fraction
 
+from agent_system.rewards.value_descriptions import (
+    named_values,
+    ratio_values,
+    relative_values,
+    swapped,
+    unique_options,
+    unique_values,
+)
 from agent_system.rewards.values_in_text import Value, exact_value, literal_values, plain, values
 
 PAIR_WINDOW = 60  # the members of a tuple gold are read within this many characters of each other
@@ -63,6 +71,14 @@ _REJECTED_AFTER_RE = re.compile(
 )
 _CORRECTION_RE = re.compile(  # "24, not 11", "LIV diagonals, not LXVI": the value is set against another
     r"^(?:\s*[a-zA-Z$%]+){0,3}\s*[,(—–-]?\s*(?:not|rather\s+than|instead\s+of)\s+(?:[-$\\(]?\d|(?-i:[MDCLXVI]{2,})\b)",
+    re.IGNORECASE,
+)
+_PRESCRIBED_RE = re.compile(  # "your count should be 32": the feedback's value, not the solver's reported
+    r"\b(?:should|must|ought|needs?\s+to|has\s+to|have\s+to|supposed\s+to)\b", re.IGNORECASE
+)
+_SINGLED_OUT_RE = re.compile(  # "anything other than 42 is wrong": every value but this one is rejected
+    r"\b(?:anything|everything|any\s+(?:\w+\s+){0,2}?\w+|every\s+\w+|all\s+\w+)\s+(?:other\s+than|except|but|besides)"
+    r"\s*\(?$",
     re.IGNORECASE,
 )
 _AFFIRMED_RE = re.compile(r"\b(?:right|correct|good|true|fine|works|checks\s+out)\b", re.IGNORECASE)
@@ -102,13 +118,15 @@ _FEEDBACK_ITEMS_RE = re.compile(  # "Two things to fix": a count of the feedback
 )
 
 
-def gold_leaked(feedback: str, problem: str, gold: str) -> list[str]:
+def gold_leaked(feedback: str, problem: str, gold: str, attempt: str = "") -> list[str]:
     """The passages of a feedback that give the gold away by value presence (empty: none).
 
     Args:
         feedback: The feedback, as :func:`agent_system.rewards.leak.normalized` gives it.
         problem: The problem, normalized the same way (its values account for the feedback's).
         gold: The row's ground truth as the dataset writes it.
+        attempt: The final answer of the attempt the feedback replies to ("" without one): an operation the
+            feedback names on it gives a value (:mod:`agent_system.rewards.value_descriptions`).
     """
     text, problem_text = plain(feedback), plain(problem)
     gold = gold.strip().strip("$").strip()
@@ -117,17 +135,25 @@ def gold_leaked(feedback: str, problem: str, gold: str) -> list[str]:
         return _option_leaks(text, problem, option.group(1))
     if (_TEXT_GOLD_RE.fullmatch(gold) or _WORD_GOLD_RE.fullmatch(gold)) and not re.search(r"\d", gold):
         return _text_leaks(text, problem, _text_of(gold))
+    attempt = attempt.strip().strip("$").strip()
     tuple_gold = _tuple_values(gold)
     if tuple_gold:
-        return _tuple_leaks(text, problem_text, tuple_gold)
+        reversed_attempt = swapped(text, _tuple_values(attempt))
+        swap = [reversed_attempt[1]] if reversed_attempt and reversed_attempt[0] == tuple_gold else []
+        return _tuple_leaks(text, problem_text, tuple_gold) + swap
     golds = _gold_values(gold)
-    found = [v for v in values(text) if v.value in golds]
+    attempt_values = _gold_values(attempt) if attempt else set()
+    relative = relative_values(text, min(attempt_values)) if len(attempt_values) == 1 else []
+    described = unique_values(text) + ratio_values(text) + named_values(text)
+    found = [v for v in values(text) + described if v.value in golds]
     numbers = [float(g) for g in golds] if golds else [n for n in [gold_number(gold)] if n is not None]
     roots = []  # no rational value: accounted for only by their text or context
     for number in numbers:
         found += _approximations(text, number)
         roots += _root_spans(text, number)
     leaks = [text[v.start : v.end] for v in found if not _accounted(text, v, problem_text)]
+    relative = [v for v in relative if v.value in golds]
+    leaks += [text[v.start : v.end] for v in relative if not _accounted(text, v, problem_text, relative=True)]
     leaks += _unvalued_leaks(text, problem_text, roots)
     letter = _option_of(problem, golds)
     if letter:
@@ -214,8 +240,10 @@ def _tuple_values(gold: str) -> list[Fraction] | None:
     return members if all(m is not None for m in members) and len(members) <= 8 else None
 
 
-def _accounted(text: str, value: Value, problem_text: str) -> bool:
-    """Whether a value of the feedback is accounted for (in the problem, rejected, in a condition, a reference)."""
+def _accounted(text: str, value: Value, problem_text: str, relative: bool = False) -> bool:
+    """Whether a value of the feedback is accounted for (in the problem, rejected, in a condition, a reference);
+    ``relative``: an operation on the solver's answer, which names that answer by construction, so "your value"
+    before it reports nothing."""
     if value.value in literal_values(problem_text) or _in_problem(text[value.start : value.end], problem_text):
         return True
     before = text[max(0, value.start - CONTEXT_CHARS) : value.start]
@@ -226,12 +254,19 @@ def _accounted(text: str, value: Value, problem_text: str) -> bool:
         return True
     if _FEEDBACK_ITEMS_RE.match(text[value.end : value.end + 40]):
         return True
+    if _SINGLED_OUT_RE.search(clause):
+        return False
     sentence = _sentence(text, value.start)
     question = sentence.rstrip().endswith("?")
     if _REJECTED_BEFORE_RE.search(clause) and not (question and _QUESTION_NEGATION_RE.search(sentence)):
         return True
     after = text[value.end : value.end + CONTEXT_CHARS]
-    if _REPORTED_RE.search(clause) and not _AFFIRMED_RE.search(after.split(".")[0]):
+    reported = not relative and _REPORTED_RE.search(clause)
+    if (
+        reported
+        and not _PRESCRIBED_RE.search(clause[reported.start() :])
+        and not _AFFIRMED_RE.search(after.split(".")[0])
+    ):
         return True
     if _REJECTED_AFTER_RE.match(after) and not question and not _CORRECTION_RE.match(after):
         return True
@@ -280,9 +315,10 @@ def _options(problem: str) -> list[str]:
 
 
 def _option_leaks(text: str, problem: str, letter: str) -> list[str]:
-    """An option-letter gold named by its letter, its position, or as the only option not ruled out."""
+    """An option-letter gold named by its letter, its position, as the only option not ruled out, or as the only
+    option with the properties the feedback names ("the only perfect square listed")."""
     options = _options(problem) or list("ABCDE")
-    leaks = []
+    leaks = [passage for named, passage in unique_options(text, problem) if named == letter]
     for match in re.finditer(rf"\({letter}\)|\b(?:option|choice|answer)\s+\(?{letter}\b", text):
         clause = text[max(0, match.start() - CONTEXT_CHARS) : match.end() + CONTEXT_CHARS]
         if not _RULED_OUT_RE.search(

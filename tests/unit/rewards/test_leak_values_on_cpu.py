@@ -235,3 +235,92 @@ def test_a_hostile_feedback_is_checked_in_bounded_time_and_never_raises(text, go
     started = time.process_time()
     value_presence.gold_leaked(leak.normalized(leak.scanned_text(text)), "", gold)
     assert time.process_time() - started < 2.0
+
+
+def _leaks_after(feedback, gold, attempt, problem=""):
+    """Value presence on a feedback that replies to an attempt whose final answer is ``attempt``."""
+    return value_presence.gold_leaked(leak.normalized(feedback), leak.normalized(problem), gold, attempt)
+
+
+DESCRIBED = [  # (feedback, gold, the attempt's answer, problem): values given by description (value_descriptions)
+    ("You counted every game twice, so halve what you got.", "36", "72", "9 teams each play each other once."),
+    (
+        "A probability cannot exceed 1: you flipped your fraction upside down, so invert it.",
+        "\\frac{3}{8}",
+        "\\frac{8}{3}",
+        "3 red and 5 blue marbles: the chance of red?",
+    ),
+    ("Your digits are right, but move the decimal point one place to the left.", "3.5", "35", "250 g a cake, 14 cakes"),
+    ("Right method, but the minimum has the same size as your value and the opposite sign.", "-4", "4", ""),
+    ("You are off by 3.", "17", "20", ""),
+    ("That is 2 too many.", "10", "12", ""),
+    ("Off by a factor of 10.", "4.5", "45", ""),
+    ("You found the two numbers; just swap them.", "(4,3)", "(3,4)", "Give (x, y)."),
+    ("Your remainder should be the only even prime.", "2", "", "Find the remainder of 5^100 divided by 7."),
+    ("The largest one is the only perfect number in the twenties.", "28", "", "Three consecutive even numbers …"),
+    ("It is the only prime between 20 and 28.", "23", "", ""),
+    ("The right choice is the only perfect square listed.", "\\text{(B)}", "", "Which? (A) 72 (B) 36 (C) 48 (D) 60"),
+    ("Counting correctly, the odds in favour are 2 to 3.", "\\frac{2}{5}", "", "A number from 1 to 5 is drawn …"),
+    ("Girls to total students is 4 : 7 once reduced.", "\\frac{4}{7}", "", "12 boys and 16 girls …"),
+    ("Lena actually has a baker's dozen.", "13", "", "Jo has 11 apples; Lena has 2 more."),
+    ("So angle B is a right angle.", "90", "", "A triangle has sides 3, 4 and 5. Find angle B."),
+    # the prescriptive "your … should be" is the feedback's value; "anything other than 42" singles 42 out
+    ("Each element is either in or out, so your count should be $2^5$, not $5^2$.", "32", "25", ""),
+    ("If your final value is anything other than 42, go back and recheck.", "42", "40", ""),
+]
+
+
+@pytest.mark.parametrize(("feedback", "gold", "attempt", "problem"), DESCRIBED)
+def test_values_given_by_description_are_read(feedback, gold, attempt, problem):
+    assert _leaks_after(feedback, gold, attempt, problem)
+
+
+DESCRIBED_NEAR_MISSES = [  # (feedback, gold, attempt, problem): alike, but the gold cannot be read off
+    ("You counted every game twice, so halve what you got.", "36", "", ""),  # no attempt: nothing to halve
+    ("Halve what you got, then add the diagonals back.", "36", "70", ""),  # half of 70 is not 36
+    ("Your pair (3, 4) has the coordinates in the wrong order; check which is larger.", "(4,3)", "(3,4)", ""),
+    ("You are off by one place value somewhere.", "350", "35", ""),  # "one place": no count of units
+    ("Step 1: 5 apples are shared, not 7.", "\\frac{1}{5}", "", ""),  # a label, not a ratio
+    ("The train leaves at 3:45.", "\\frac{3}{45}", "", ""),  # a time of day
+    ("It is the only one that works.", "7", "", ""),  # no property to check
+    ("Think about the only even prime and where it enters your factorisation.", "4", "", ""),  # 2 is not the gold
+    ("There are several primes between 20 and 30.", "23", "", ""),
+    ("Your answer should be checked against the constraint.", "12", "", ""),
+    ("Use the right angle at C to find the other two.", "60", "", ""),
+    ("A gross profit of 50 is not the point here.", "144", "", ""),
+    ("Your 40 is wrong; anything near it fails too.", "42", "40", ""),
+]
+
+
+@pytest.mark.parametrize(("feedback", "gold", "attempt", "problem"), DESCRIBED_NEAR_MISSES)
+def test_near_misses_of_the_descriptions_are_not_flagged(feedback, gold, attempt, problem):
+    assert not _leaks_after(feedback, gold, attempt, problem)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "halve it invert it off by 3 2 too many off by a factor of 10 square it " * 250,
+        "the only even prime between 1 and 999 " * 400,
+        "odds of 2 to 3 and a ratio 4 : 7 " * 500,
+        "a baker's dozen and a right angle " * 500,
+        "anything other than 5 " * 800,
+    ],
+)
+def test_a_hostile_feedback_with_an_attempt_is_checked_in_bounded_time(text):
+    started = time.process_time()
+    value_presence.gold_leaked(leak.normalized(leak.scanned_text(text)), "", "24", "12")
+    assert time.process_time() - started < 2.0
+
+
+@pytest.mark.parametrize(
+    ("attempt", "answer"),
+    [
+        ("Each game is counted from both sides, 9 * 8 = 72. \\boxed{70} no wait \\boxed{72}", "72"),
+        ("(3,4)", "(3,4)"),  # a labelled set's bare answer
+        ("I think it is 72 because each team plays 8 games and there are 9 teams in all, so 72.", ""),  # no box
+        (None, ""),
+    ],
+)
+def test_the_attempt_s_answer_is_its_last_box_or_a_bare_answer(attempt, answer):
+    assert leak.attempt_answer(attempt) == answer
