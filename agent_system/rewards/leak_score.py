@@ -6,8 +6,9 @@
 
 Each line of ``FILE.jsonl`` is one JSON object: ``problem`` (the problem text: the rules read what it asks, value
 presence what it writes), ``ground_truth`` (the gold answer as the dataset gives it), ``feedback`` and ``leak``
-(true / false or 1 / 0: whether the feedback gives the answer away); ``attempt`` (the solver's answer the feedback
-replies to) is optional, read and not used by the check. Empty lines are skipped. Each feedback is checked as the
+(true / false or 1 / 0: whether the feedback gives the answer away); ``attempt`` (the solver's turn or bare answer
+the feedback replies to) is optional: value presence applies the operations a feedback names to its answer
+(:func:`agent_system.rewards.leak.attempt_answer`). Empty lines are skipped. Each feedback is checked as the
 trainer checks a math row's (:func:`agent_system.rewards.leak.check_labelled`: the rules and value presence, the
 candidates graded by a :class:`~agent_system.rewards.RewardPool`), and the command prints every disagreement, the
 recall, the false positives and a last line ``leak score: C/N right, FP false positives, FN misses``.

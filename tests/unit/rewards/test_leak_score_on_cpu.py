@@ -83,6 +83,9 @@ def test_counts_disagreements_and_the_last_line(pool, tmp_path, capsys):
         # once after them: 7 of 30 caught, 3 of 30 flagged both times; its missed kinds then shaped the descriptions
         # (value_descriptions.py, issue 44), so it is no longer held out: 20 of 30, 3 of 30 (docs/LEAK.md)
         ("heldout_6", 20, 3),
+        # written without reading the rules, with attempts, committed (f03edbb) before the descriptions, scored once
+        # before and once after them: 6 then 7 of 30 caught, 0 of 30 flagged (docs/LEAK.md); a floor, never tuned on
+        ("heldout_7", 7, 0),
     ],
 )
 def test_a_committed_held_out_set_scores_as_its_test_asserts(pool, tmp_path, capsys, name, least_caught, most_flagged):
