@@ -19,7 +19,8 @@ Read on the plain text :mod:`agent_system.rewards.value_presence` reads (numbers
   full turn" (360) (:func:`named_values`).
 
 Bounded like :mod:`agent_system.rewards.values_in_text`: at most :data:`MAX_DESCRIPTIONS` descriptions read per text,
-ranges of at most :data:`MAX_RANGE` integers, numbers of at most 30 digits. Nothing here raises on any text.
+ranges of at most :data:`MAX_RANGE` integers none above :data:`MAX_NUMBER`, numbers of at most 30 digits. Nothing here
+raises on any text.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from agent_system.rewards.values_in_text import Value, exact_value
 
 MAX_DESCRIPTIONS = 16  # matches of each pattern read per text
 MAX_RANGE = 1_000  # integers a unique description is checked over (its default range: "the only even prime")
+MAX_NUMBER = 10_000  # the largest integer a range may hold (a primality test costs its square root)
 _PERFECT_NUMBERS = (6, 28, 496)  # below MAX_RANGE
 _NUMBER = r"(?:\d{1,30}(?:\.\d{1,30})?|one)"
 
@@ -159,7 +161,7 @@ def _range(where: str, what: str) -> range | None:
     between = _BETWEEN_RE.search(text)
     if between:
         low, high = sorted((int(between["a"]), int(between["b"])))
-        return range(low + 1, high) if high - low <= MAX_RANGE else None
+        return range(low + 1, high) if high - low <= MAX_RANGE and high <= MAX_NUMBER else None
     below = _BELOW_RE.search(text)
     if below:
         return range(0, int(below["b"])) if int(below["b"]) <= MAX_RANGE else None

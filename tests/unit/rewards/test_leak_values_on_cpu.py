@@ -302,6 +302,8 @@ def test_near_misses_of_the_descriptions_are_not_flagged(feedback, gold, attempt
     [
         "halve it invert it off by 3 2 too many off by a factor of 10 square it " * 250,
         "the only even prime between 1 and 999 " * 400,
+        "the only prime between 9000 and 9999 " * 400,
+        "the only prime between 999999000 and 999999999 " * 300,
         "odds of 2 to 3 and a ratio 4 : 7 " * 500,
         "a baker's dozen and a right angle " * 500,
         "anything other than 5 " * 800,
