@@ -29,7 +29,7 @@ import math
 import re
 from fractions import Fraction
 
-from agent_system.rewards.values_in_text import Value, exact_value
+from agent_system.rewards.values_in_text import Value, exact_value, plain
 
 MAX_DESCRIPTIONS = 16  # matches of each pattern read per text
 MAX_RANGE = 1_000  # integers a unique description is checked over (its default range: "the only even prime")
@@ -125,6 +125,14 @@ _LISTED_RE = re.compile(r"\b(?:listed|offered|given|shown|among\s+the\s+(?:optio
 _OPTION_VALUE_RE = re.compile(r"\((?P<letter>[A-E])\)\s*(?P<value>[^()]{1,40}?)\s*(?=\([A-E]\)|$|\n)")
 
 
+def option_values(problem: str) -> list[tuple[str, Fraction | None]]:
+    """``(letter, value)`` of each option the problem lists ("(B) 36"); None for an option that is no number."""
+    return [
+        (match["letter"], exact_value(plain(match["value"].strip().rstrip(".,;"))))
+        for match in _OPTION_VALUE_RE.finditer(problem)
+    ]
+
+
 def _is_prime(n: int) -> bool:
     return n >= 2 and all(n % d for d in range(2, math.isqrt(n) + 1))
 
@@ -192,7 +200,7 @@ def unique_values(text: str) -> list[Value]:
 def unique_options(text: str, problem: str) -> list[tuple[str, str]]:
     """``(letter, passage)`` of each option of the problem the text names as the only one listed with its
     properties ("the only perfect square listed")."""
-    options = [(m["letter"], exact_value(m["value"].strip().rstrip(".,;"))) for m in _OPTION_VALUE_RE.finditer(problem)]
+    options = option_values(problem)
     if not options:
         return []
     found = []

@@ -35,6 +35,7 @@ from fractions import Fraction
 
 from agent_system.rewards.value_descriptions import (
     named_values,
+    option_values,
     ratio_values,
     relative_values,
     swapped,
@@ -110,7 +111,6 @@ _ROOT_RE = re.compile(
     r"|square\s+root\s+of\s+(?P<words>\d{1,15}(?:\.\d{1,15})?)(?!\d))",
     re.I,
 )
-_OPTION_VALUE_RE = re.compile(r"\((?P<letter>[A-E])\)\s*(?P<value>[^()]{1,40}?)\s*(?=\([A-E]\)|$|\n)")
 _FEEDBACK_ITEMS_RE = re.compile(  # "Two things to fix": a count of the feedback's own points, not a value
     r"^\s+(?:more\s+)?(?:things?|points?|issues?|mistakes?|errors?|fixes?|changes?|hints?|remarks?|suggestions?|"
     r"tips?|corrections?)\b",
@@ -208,11 +208,7 @@ def _option_of(problem: str, golds: set[Fraction]) -> str | None:
     """The letter of the problem's option whose value is the gold ("(B) 2" for the gold 2), None if none is."""
     if not golds:
         return None
-    options = list(_OPTION_VALUE_RE.finditer(problem))
-    for match in options:
-        if exact_value(plain(match["value"].strip().rstrip(".,;"))) in golds:
-            return match["letter"]
-    return None
+    return next((letter for letter, value in option_values(problem) if value in golds), None)
 
 
 def _text_of(gold: str) -> str:
