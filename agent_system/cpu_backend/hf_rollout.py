@@ -70,7 +70,7 @@ def _server_init_args(config: Any, model_config: Any, replica_rank: int) -> dict
         "max_model_len": max_model_len,
         "default_max_tokens": config.response_length,
         "options": dict(config.engine_kwargs.get("hf", None) or {}),
-        "seed": replica_rank,
+        "seed": config.seed + replica_rank,  # as verl seeds its vLLM servers
         "free_weights_on_sleep": bool(config.free_cache_engine),
     }
 

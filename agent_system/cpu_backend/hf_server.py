@@ -7,6 +7,11 @@ calls on CPU (or any torch device) with ``transformers``' ``generate()``:
 * **Batching.** Concurrent requests are queued; a single loop takes every waiting request with the same sampling
   settings (up to ``max_batch_size``), left-pads them into one batch and runs one ``generate()``. Requests that
   arrive while a batch runs are served by the next one.
+* **Sampling is per request.** Each request draws its tokens from its own generator, seeded by its
+  ``sampling_params["seed"]`` (as vLLM takes one; the trainer gives each request one under
+  ``rollout.full_determinism``) or else by a draw from the server's generator (seeded by ``seed``). A seeded
+  request's sample therefore does not depend on which requests shared its batch, so a run is reproducible although
+  batches form as requests happen to arrive.
 * **Log-probs** are ``log_softmax(logits / temperature)`` over the full vocabulary at the sampled token — the same
   quantity verl's actor computes in ``compute_log_prob`` — recorded by a logits processor that runs before top-k /
   top-p filtering (greedy decoding uses temperature 1).
@@ -65,6 +70,7 @@ class HFServerOptions:
 class _Request:
     prompt_ids: list[int]
     max_tokens: int
+    seed: int
     future: asyncio.Future = field(repr=False)
 
 
@@ -94,6 +100,19 @@ class _LogprobRecorder(LogitsProcessor):
         if not self.steps:
             return torch.zeros(sequences.shape[0], 0)
         return torch.stack(self.steps, dim=1)
+
+
+class _RequestSampler(LogitsProcessor):
+    """Draws each row's next token from that row's own generator (after temperature, top-k and top-p) and leaves
+    only that token to ``generate()``'s greedy pick, so a row's sample does not depend on the other rows."""
+
+    def __init__(self, generators: list[torch.Generator]) -> None:
+        self.generators = generators
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        probs = torch.softmax(scores.float(), dim=-1)
+        chosen = [torch.multinomial(row, 1, generator=g) for row, g in zip(probs, self.generators, strict=True)]
+        return torch.full_like(scores, float("-inf")).scatter_(1, torch.stack(chosen), 0.0)
 
 
 def _sampling_key(sampling_params: dict[str, Any]) -> tuple[float, float, int]:
@@ -127,6 +146,7 @@ class HFRolloutServer:
         if self.options.num_threads > 0:
             torch.set_num_threads(self.options.num_threads)
         torch.manual_seed(seed)
+        self._seeds = torch.Generator().manual_seed(seed)  # a request without a seed of its own gets one from here
         self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=self.dtype, attn_implementation="sdpa")
         self.model.to(self.device)
         self.model.eval()
@@ -168,8 +188,12 @@ class HFRolloutServer:
             )
         max_tokens = int(sampling_params.get("max_tokens") or sampling_params.get("max_new_tokens") or 0)
         max_tokens = max(1, min(max_tokens or self.default_max_tokens, room))
+        seed = sampling_params.get("seed")
+        if seed is None:
+            seed = int(torch.randint(2**62, (1,), generator=self._seeds))
         future = asyncio.get_running_loop().create_future()
-        self._queues.setdefault(_sampling_key(sampling_params), []).append(_Request(prompt_ids, max_tokens, future))
+        request = _Request(prompt_ids, max_tokens, int(seed), future)
+        self._queues.setdefault(_sampling_key(sampling_params), []).append(request)
         self._wakeup.set()
         token_ids, log_probs, finish_reason = await future
         return TokenOutput(
@@ -219,19 +243,19 @@ class HFRolloutServer:
         for i, request in enumerate(batch):  # left padding
             input_ids[i, width - len(request.prompt_ids) :] = torch.tensor(request.prompt_ids)
             attention_mask[i, width - len(request.prompt_ids) :] = 1
-        do_sample = temperature > 0
-        recorder = _LogprobRecorder(temperature if do_sample else 1.0)
+        sampling = temperature > 0
+        recorder = _LogprobRecorder(temperature if sampling else 1.0)
         processors = LogitsProcessorList([recorder])
-        if do_sample and top_k > 0:
-            processors.append(TopKLogitsWarper(top_k=top_k))
-        if do_sample and top_p < 1.0:
-            processors.append(TopPLogitsWarper(top_p=top_p))
-        generation_config = GenerationConfig(
+        if sampling:
+            if top_k > 0:
+                processors.append(TopKLogitsWarper(top_k=top_k))
+            if top_p < 1.0:
+                processors.append(TopPLogitsWarper(top_p=top_p))
+            generators = [torch.Generator(self.device).manual_seed(r.seed) for r in batch]
+            processors.append(_RequestSampler(generators))
+        generation_config = GenerationConfig(  # greedy: a sampled row's processors leave it one token to pick
             max_new_tokens=max(r.max_tokens for r in batch),
-            do_sample=do_sample,
-            temperature=1.0,
-            top_k=0 if do_sample else None,  # sampling: None would mean transformers' default top-k of 50
-            top_p=1.0,
+            do_sample=False,
             eos_token_id=self.eos_token_ids,
             pad_token_id=self.pad_token_id,
             return_dict_in_generate=True,

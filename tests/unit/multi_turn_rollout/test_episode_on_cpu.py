@@ -58,7 +58,7 @@ def _run(tokenizers, replies_ll, replies_hl, budget, tasks, n=1, m=2):
     ll, hl = ScriptedPolicy(tokenizers["ll"], replies_ll), ScriptedPolicy(tokenizers["hl"], replies_hl)
     runner = EpisodeRunner(ll, hl, tokenizers["ll"], tokenizers["hl"], PromptBuilder(), SandboxLimits(60.0, 30.0))
     settings = EpisodeSettings(n, m, 8000, 8000, budget, 1.0, 1.0)
-    return asyncio.run(runner.run(tasks, settings))
+    return asyncio.run(runner.run(tasks, settings, "s1"))
 
 
 @pytest.mark.external
@@ -106,3 +106,18 @@ def test_long_turns_never_overflow_the_budget_and_are_counted(tokenizers):
     metrics = episode_metrics(episodes, scores, prefix="train")
     assert metrics["train/shortened_prompts"] == 16  # 2 problems x 2 attempts x 2 feedbacks x (turn 2 + turn 3)
     assert metrics["train/omitted_quote_tokens"] == sum(t.prompt.omitted_tokens for t in turns) > 0
+
+
+def test_every_request_of_a_run_has_its_own_id_which_names_its_round(tokenizers):
+    """The id seeds the request's sample under ``rollout.full_determinism`` (policy.request_seed): an id used twice in
+    a run would give two rollouts the same draws (the ids once repeated from step to step)."""
+    ll = ScriptedPolicy(tokenizers["ll"], {"t1": "4", "t3": "4", "ref": "4"})  # ref: the refinement without feedback
+    hl = ScriptedPolicy(tokenizers["hl"], {"t2": "ok"})
+    runner = EpisodeRunner(ll, hl, tokenizers["ll"], tokenizers["hl"], PromptBuilder(), SandboxLimits(60.0, 30.0))
+    settings = EpisodeSettings(2, 3, 64, 64, 4096, 1.0, 1.0, with_reference_refinement=True)
+    tasks = [Task.from_row(MATH_ROW), Task.from_row({**MATH_ROW, "extra_info": {"index": 2}})]
+    for round_id in ("s1", "s2", "val/s2/b0"):
+        asyncio.run(runner.run(tasks, settings, round_id))
+    for policy, per_round in ((ll, 2 * 2 * (1 + 3 + 1)), (hl, 2 * 2 * 3)):
+        assert len(policy.request_ids) == 3 * per_round == len(set(policy.request_ids))
+        assert sum(rid.startswith("s2/") for rid in policy.request_ids) == per_round

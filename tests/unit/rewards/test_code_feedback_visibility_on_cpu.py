@@ -50,7 +50,7 @@ def _hl_prompts(tokenizer, attempt: str, **options) -> tuple[list[str], str]:
     hl = ScriptedPolicy(tokenizer, {"t2": "Check the branch."})
     runner = EpisodeRunner(ll, hl, tokenizer, tokenizer, PromptBuilder(), ROOMY, **options)
     settings = EpisodeSettings(1, 2, 4000, 4000, 4096, 1.0, 1.0)
-    (episode,) = asyncio.run(runner.run([Task.from_row(ROW)], settings))
+    (episode,) = asyncio.run(runner.run([Task.from_row(ROW)], settings, "s1"))
     return hl.texts, episode.attempts[0].execution
 
 

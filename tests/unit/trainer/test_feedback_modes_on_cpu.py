@@ -95,7 +95,7 @@ def test_episode_shapes_per_mode(runner):
     problems = [Task("What is 1 + 2?", "math", "3"), Task("What is 2 + 2?", "math", "4")]
 
     async def all_modes():  # one loop: the HF server's batcher binds to the loop that first uses it
-        return [await runner.run(problems, _settings(mode)) for mode in ("model", "self", "none")]
+        return [await runner.run(problems, _settings(mode), mode) for mode in ("model", "self", "none")]
 
     full, score, single = asyncio.run(all_modes())
     assert all(r.feedback is not None for e in full for a in e.attempts for r in a.refinements)
