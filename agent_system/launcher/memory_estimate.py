@@ -523,7 +523,7 @@ class LogitsPeak:
     @property
     def tokens_per_unit(self) -> int:
         """Tokens of the micro-batch per unit of its budget (a row's longest, or a budget token's)."""
-        return self.longest_row if self.rows else 1 if self.layout == "packed" else PADDED_FACTOR
+        return tokens_per_unit(self.rows, self.layout == "packed", self.longest_row)
 
     @property
     def least(self) -> int:
@@ -538,6 +538,12 @@ class LogitsPeak:
         """Logits and activations of the pass's largest micro-batch with a budget (tokens or rows) of ``budget``."""
         tokens = budget * self.tokens_per_unit
         return self.bytes - self.tokens * self.per_token + tokens * (self.per_token + self.activations_per_token)
+
+
+def tokens_per_unit(rows: bool, packed: bool, longest_row: int) -> int:
+    """Tokens of a micro-batch per unit of its budget: ``longest_row`` per row (``rows``), one per budget token
+    packed, :data:`PADDED_FACTOR` padded."""
+    return longest_row if rows else 1 if packed else PADDED_FACTOR
 
 
 def logits_peak(
@@ -560,7 +566,7 @@ def logits_peak(
     (:func:`activation_bytes_per_token`) and ``checkpointing`` (whether it is on, its key) describe the activations
     beside the logits."""
     layout = "packed" if packed else "padded"
-    tokens = budget * longest_row if rows else budget if packed else PADDED_FACTOR * budget
+    tokens = budget * tokens_per_unit(rows, packed, longest_row)
     copies = LOGITS_COPIES[layout, pass_name]
     fp32, transient = 0, 0
     if entropy and packed and chunked:
