@@ -32,11 +32,16 @@ summary lists leftovers from every worker.
 Lost workers. When an xdist worker dies in a test (xdist prints only "node down: Not properly terminated"), the
 controller reports, in the summary, how its process ended (its exit status, or the signal that killed it) and the
 last lines of the Ray driver log of the session it had started (``$RAY_TMPDIR/ray/session_*_<its pid>``, where Ray's
-C++ core logs why it ended a driver: a raylet or GCS it lost), so the run's output says why.
+C++ core logs why it ended a driver), then those of the session's GCS server and raylet logs. A driver whose GCS
+went away dies without a Python traceback, with exit status 1, 60 s later (``RAY_gcs_rpc_server_reconnect_timeout_s``;
+measured with Ray 2.60: ``tests/integration/test_lost_worker_report_on_cpu.py``), and its log only says "GCS may have
+been killed ... see the log file gcs_server.out": the GCS's own last lines say whether it crashed (a failed check, a
+stack) or stopped mid-work (killed), so the run's output says why.
 """
 
 from __future__ import annotations
 
+import collections
 import glob
 import os
 import re
@@ -56,6 +61,9 @@ KILL_WAIT_S = 10.0
 # psutil's create_time is boot time (whole seconds) + start ticks: it may differ from time.time() by up to ~1 s
 CLOCK_SLACK_S = 2.0
 LOST_WORKER_LOG_LINES = 15
+# the logs of a Ray session's servers whose loss ends its driver, read after the driver's own
+RAY_SERVER_LOGS = ("gcs_server.out", "gcs_server.err", "raylet.out", "raylet.err")
+RAY_SERVER_LOG_LINES = 8
 
 _RAY_SESSION = re.compile(r"/session_\d{4}-\d{2}-\d{2}_\d{2}-\d{2}-\d{2}_\d+_(\d+)(?=[/\s'\"]|$)")
 # children of pytest that live as long as pytest does, by design
@@ -289,7 +297,8 @@ def pytest_testnodedown(node, error):
 
 
 def _lost_worker(node, error) -> list[str]:
-    """Lines on a dead xdist worker: its id, how its process ended, its Ray driver log's last lines."""
+    """Lines on a dead xdist worker: its id, how its process ended, the last lines of its Ray driver log and of its
+    session's GCS server and raylet logs."""
     popen = getattr(getattr(getattr(node, "gateway", None), "_io", None), "popen", None)  # execnet's popen gateway
     name = getattr(getattr(node, "gateway", None), "id", "?")
     if popen is None:
@@ -312,9 +321,23 @@ def _lost_worker(node, error) -> list[str]:
     )
     if not logs:
         return [*lines, f"  no Ray driver log of pid {popen.pid} under {ray_root}"]
-    with open(logs[-1], errors="replace") as log:
-        tail = log.readlines()[-LOST_WORKER_LOG_LINES:]
-    return [*lines, f"  the last {len(tail)} lines of {logs[-1]}:", *(f"    {line.rstrip()}" for line in tail)]
+    lines += _log_tail(logs[-1], LOST_WORKER_LOG_LINES)
+    for server_log in RAY_SERVER_LOGS:
+        lines += _log_tail(os.path.join(os.path.dirname(logs[-1]), server_log), RAY_SERVER_LOG_LINES)
+    return lines
+
+
+def _log_tail(path: str, count: int) -> list[str]:
+    """Summary lines holding the last ``count`` non-blank lines of the log at ``path``; none when it is missing or
+    empty."""
+    try:
+        with open(path, errors="replace") as log:
+            tail = list(collections.deque((line.rstrip() for line in log if line.strip()), maxlen=count))
+    except OSError:
+        return []
+    if not tail:
+        return []
+    return [f"  the last {len(tail)} lines of {path}:", *(f"    {line}" for line in tail)]
 
 
 def pytest_runtest_logreport(report):
