@@ -11,15 +11,13 @@ GCS server and raylet logs. About 30 s.
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
 import pytest
+from guarded_pytest import run_guarded_pytest
 
 pytestmark = pytest.mark.integration
 
@@ -51,40 +49,14 @@ def test_a_worker_that_lost_its_gcs_is_reported_with_its_exit_status_and_the_gcs
 
 
 def _lose_a_worker_and_read_the_summary(tmp_path: Path, ray_tmp: Path) -> None:
-    tests = Path(__file__).resolve().parents[1]
     env = {
-        **os.environ,
-        "PYTHONPATH": str(tests),
         "RAY_TMPDIR": str(ray_tmp),
         "RAY_AUTH_MODE": "disabled",
         "RAY_gcs_rpc_server_reconnect_timeout_s": "5",
+        "RAY_ADDRESS": None,
     }
-    env.pop("RAY_ADDRESS", None)
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            "-p",
-            "_ci_guard",
-            "-n",
-            "1",
-            "--max-worker-restart=0",
-            "test_gcs_lost.py",
-        ],  # fmt: skip
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    output = result.stdout + result.stderr
-    assert result.returncode != 0, output[-4000:]
-    assert "memory and leftover processes" in result.stdout, output[-4000:]
-    summary = result.stdout[result.stdout.index("memory and leftover processes") :]
+    result, summary = run_guarded_pytest(tmp_path, "test_gcs_lost.py", 1, env, "--max-worker-restart=0")
+    assert result.returncode != 0 and summary, (result.stdout + result.stderr)[-4000:]
     assert re.search(r"LOST WORKER gw0 \(pid \d+\): Not properly terminated; exit status 1\b", summary), summary
     assert "Failed to connect to GCS within 5 seconds" in summary, summary  # the driver log's last line
     assert re.search(r"the last \d+ lines of \S+/logs/gcs_server\.out:", summary), summary

@@ -7,11 +7,11 @@ import re
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import psutil
 import pytest
 from _ci_guard import ProcessTracker, _terminate
+from guarded_pytest import run_guarded_pytest
 
 pytestmark = pytest.mark.external  # starts processes and a pytest run for the guard to find
 
@@ -113,18 +113,8 @@ def test_clean():
 def test_leftovers_of_xdist_workers_reach_the_summary(tmp_path):
     """Under ``-n 2`` (the unit tier in CI) a worker's leftover is killed and listed by the controller's summary."""
     (tmp_path / "test_leaky.py").write_text(_LEAKY_TESTS)
-    tests = Path(__file__).resolve().parents[1]
-    env = {**os.environ, "PYTHONPATH": str(tests), "MLMT_TEST_CLEANUP_WAIT_S": "1"}
-    result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "_ci_guard", "-n", "2", "test_leaky.py"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    result, summary = run_guarded_pytest(tmp_path, "test_leaky.py", 2, {"MLMT_TEST_CLEANUP_WAIT_S": "1"})
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    summary = result.stdout[result.stdout.index("memory and leftover processes") :]
     assert "test_leaky.py::test_leaves_a_sleeper: 1 process(es)" in summary and "leaked-by-a-test" in summary, summary
     assert "test_clean" not in summary[summary.index("tests that left processes behind") :]
     assert "no test left processes behind" not in summary
@@ -148,31 +138,10 @@ def test_a_lost_xdist_worker_is_reported_with_how_it_ended_and_its_ray_driver_lo
     """A worker that dies in a test: the summary names the signal and the last lines of its Ray driver log (before,
     xdist's "node down: Not properly terminated" was all a CI run said)."""
     (tmp_path / "test_dying.py").write_text(_DYING_TEST)
-    tests = Path(__file__).resolve().parents[1]
-    env = {**os.environ, "PYTHONPATH": str(tests), "RAY_TMPDIR": str(tmp_path)}
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            "-p",
-            "_ci_guard",
-            "-n",
-            "1",
-            "--max-worker-restart=0",
-            "test_dying.py",
-        ],  # fmt: skip
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
+    result, summary = run_guarded_pytest(
+        tmp_path, "test_dying.py", 1, {"RAY_TMPDIR": str(tmp_path)}, "--max-worker-restart=0"
     )
     assert result.returncode != 0
-    summary = result.stdout[result.stdout.index("memory and leftover processes") :]
     lost = re.search(r"LOST WORKER gw0 \(pid (\d+)\): Not properly terminated; killed by SIGKILL", summary)
     assert lost, summary
     assert f"python-core-driver-01000000ffff_{lost.group(1)}.log" in summary, summary
