@@ -323,16 +323,22 @@ def _lost_worker(node, error) -> list[str]:
         return [*lines, f"  no Ray driver log of pid {popen.pid} under {ray_root}"]
     lines += _log_tail(logs[-1], LOST_WORKER_LOG_LINES)
     for server_log in RAY_SERVER_LOGS:
-        lines += _log_tail(os.path.join(os.path.dirname(logs[-1]), server_log), RAY_SERVER_LOG_LINES)
+        path = os.path.join(os.path.dirname(logs[-1]), server_log)
+        # a .out log's records start with "[time"; its periodic stats dumps (indented lines) would fill the tail
+        lines += _log_tail(path, RAY_SERVER_LOG_LINES, records_only=server_log.endswith(".out"))
     return lines
 
 
-def _log_tail(path: str, count: int) -> list[str]:
-    """Summary lines holding the last ``count`` non-blank lines of the log at ``path``; none when it is missing or
-    empty."""
+def _log_tail(path: str, count: int, records_only: bool = False) -> list[str]:
+    """Summary lines holding the last ``count`` non-blank lines of the log at ``path`` (``records_only``: those that
+    start with "["); none when it is missing or has none."""
+
+    def kept(line: str) -> bool:
+        return line.startswith("[") if records_only else bool(line.strip())
+
     try:
         with open(path, errors="replace") as log:
-            tail = list(collections.deque((line.rstrip() for line in log if line.strip()), maxlen=count))
+            tail = list(collections.deque((line.rstrip() for line in log if kept(line)), maxlen=count))
     except OSError:
         return []
     if not tail:

@@ -130,6 +130,12 @@ def test_dies_like_a_driver_that_lost_its_raylet():
     logs = pathlib.Path(os.environ["RAY_TMPDIR"], "ray", f"session_2026-01-01_00-00-00_123456_{pid}", "logs")
     logs.mkdir(parents=True)
     (logs / f"python-core-driver-01000000ffff_{pid}.log").write_text("started\\nThe raylet died, exiting now\\n")
+    # the GCS server's last record, then one of its periodic stats dumps
+    (logs / "gcs_server.out").write_text(
+        "[2026-01-01 00:00:09,000 I 7 7] (gcs_server) gcs_server_main.cc:266: GCS server received SIGTERM\\n"
+        "[2026-01-01 00:00:10,000 I 7 8] (gcs_server) gcs_server.cc:300: Event stats:\\n\\n\\n"
+        + "\\tGcsStatsDump - 1 total (0 active)\\n" * 12
+    )
     os.kill(pid, signal.SIGKILL)
 """
 
@@ -146,3 +152,7 @@ def test_a_lost_xdist_worker_is_reported_with_how_it_ended_and_its_ray_driver_lo
     assert lost, summary
     assert f"python-core-driver-01000000ffff_{lost.group(1)}.log" in summary, summary
     assert "    The raylet died, exiting now" in summary, summary
+    # the session's GCS server log: its last records, not the stats dump that follows them; no raylet log was written
+    gcs_tail = r"the last 2 lines of \S+/gcs_server\.out:\n.*received SIGTERM\n.*Event stats:\n"
+    assert re.search(gcs_tail, summary), summary
+    assert "GcsStatsDump" not in summary and "raylet.out" not in summary, summary
