@@ -6,7 +6,7 @@ batch script starts it again.
 The test starts slurmctld, munged and two slurmd (scripts/local_slurm.sh; Slurm is installed by .ci/run) and submits
 the batch script in the seed's form, `sbatch -N2 --cpus-per-task=2 mlmt-configs/math/submit_mlmt.sbatch
 mlmt-configs/math/HLT_LLT_RR_1_1.sh key=value ...` (the link to mlmt-configs/submit_mlmt.sbatch), tiny models, 16
-steps, with `--time=5 --signal=B:USR1@120`: Slurm sends the batch script SIGUSR1 180 s into the run; a fast machine
+steps, with `--time=8 --signal=B:USR1@120`: Slurm sends the batch script SIGUSR1 360 s into the run; a fast machine
 can finish before that, so the test sends the batch script the same signal itself (`scancel --batch --signal=USR1`):
 
 1. as soon as the first start launches the trainer: the trainer still imports and has no handler yet, so the
@@ -107,8 +107,11 @@ def test_sbatch_two_nodes_time_limit_warning_checkpoints_requeues_and_resumes(sl
         "--parsable",
         f"-N{NODES}",
         "--cpus-per-task=2",  # the script passes it on to each `srun` (-c) and to Ray (--num-cpus), as on a GPU cluster
-        "--time=5",  # room for a start-up on a machine that runs another test beside this one (CI runs two)
-        # Slurm's own warning 180 s in: after the trainer has installed its handler even when two tests share the
+        # room for the first start, whose Ray starts on each node fail once (held back) before the trainer launches,
+        # on a loaded machine: with four test processes on the 2 cores a 5-minute limit ended the job before both
+        # nodes had joined (JobState TIMEOUT, no start logged)
+        "--time=8",
+        # Slurm's own warning 360 s in: after the trainer has installed its handler even when two tests share the
         # machine (a warning 60 s in reached a CI run's trainer while it still imported, which the script requeues)
         "--signal=B:USR1@120",
         f"--output={log}",
@@ -162,7 +165,7 @@ def test_sbatch_two_nodes_time_limit_warning_checkpoints_requeues_and_resumes(sl
         if not warned_at_start and restarts == "0" and re.search(r"^MLMT job \d+: start 1 on", text, re.M):
             warn(job_id, env)
             warned_at_start = True
-        # Slurm's own warning comes 180 s into the job; a fast machine can finish before it. Send the same signal to
+        # Slurm's own warning comes 360 s into the job; a fast machine can finish before it. Send the same signal to
         # the batch script once the second start's first step is done, as Slurm does (--signal=B:USR1): the run is
         # then mid-way whatever the machine's speed. Twice: a repeated warning (on a slow machine Slurm's own comes
         # too) must not kill the trainer while it writes its checkpoint (it did: the job ended FAILED).

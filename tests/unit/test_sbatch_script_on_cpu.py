@@ -15,6 +15,7 @@ held the job until its time limit. That timing cannot be produced on demand with
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -69,11 +70,22 @@ exit 0
 """
 
 
-def _run(tmp_path: Path, timeout: float, **env_extra: str) -> tuple[subprocess.CompletedProcess, Path]:
+# awk, except that the script's first count of joined Ray nodes prints nothing, as when the job's end (Slurm's time
+# limit) stops that pipe: a CI run's job logged "[: : integer expression expected" there
+CUT_FIRST_COUNT = """#!/usr/bin/env bash
+case "$*" in *node_*) if [ ! -e "$CALLS.cut" ]; then touch "$CALLS.cut"; cat > /dev/null; exit 143; fi ;; esac
+exec {awk} "$@"
+"""
+
+
+def _run(
+    tmp_path: Path, timeout: float, stand_ins: dict[str, str] | None = None, **env_extra: str
+) -> tuple[subprocess.CompletedProcess, Path]:
+    """Runs the script with the stand-ins (``stand_ins``: more of them, by command name) and Slurm's variables."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    for name in ("srun", "scontrol", "ray", "python"):
-        (bin_dir / name).write_text(STAND_IN)
+    for name, text in {**dict.fromkeys(("srun", "scontrol", "ray", "python"), STAND_IN), **(stand_ins or {})}.items():
+        (bin_dir / name).write_text(text)
         (bin_dir / name).chmod(0o755)
     calls = tmp_path / "calls"
     env = {
@@ -158,6 +170,19 @@ def test_a_ray_head_that_exits_during_start_up_is_started_again_and_the_job_runs
     retried = "MLMT job 1234: the Ray head on n1 exited during its start-up (start 1 of 3: its raylet waits"
     assert retried in result.stdout
     assert "start 1 on 2 node(s)" in result.stdout and _trainer_ran(calls)
+
+
+def test_a_count_of_joined_nodes_that_printed_nothing_is_not_taken_for_a_joined_head(tmp_path):
+    # before, "[ '' -lt 1 ]" failed and its `|| return 0` took the empty count for "all joined": the second node
+    # started beside a head whose start had failed, and the job ended ("the Ray head on n1 exited while the other
+    # nodes started")
+    cut_awk = CUT_FIRST_COUNT.replace("{awk}", shutil.which("awk"))
+    result, calls = _run(tmp_path, timeout=40, stand_ins={"awk": cut_awk}, FAILED_STARTS_HEAD="1")
+    assert Path(f"{calls}.cut").exists()  # the first count printed nothing
+    assert result.returncode == 0, result.stderr
+    assert "integer expression expected" not in result.stderr
+    assert _starts(calls) == ["HEAD", "HEAD", "NODE"]
+    assert _trainer_ran(calls)
 
 
 def test_a_ray_node_that_exits_during_start_up_is_started_again(tmp_path):
