@@ -33,7 +33,8 @@ echo "$(basename "$0") $*" >> "$CALLS"
 case "$(basename "$0") $*" in
   "scontrol show hostnames"*) printf 'n1\\nn2\\n' ;;
   srun*hostname*) echo 10.0.0.1 ;;
-  "ray status"*)  # the nodes whose stand-in runs, in `ray status`'s form
+  "ray status"*)  # the nodes whose stand-in runs, in `ray status`'s form; with none, waits as for a GCS not up
+    [ -z "$STATUS_WAITS_FOR_A_HEAD" ] || [ -s "$CALLS.nodes" ] || sleep "$STATUS_WAITS_FOR_A_HEAD"
     echo "Active:"
     for pid in $(cat "$CALLS.nodes" 2>/dev/null); do ! kill -0 "$pid" 2>/dev/null || echo " 1 node_$pid"; done
     echo "Pending:" ;;
@@ -101,6 +102,7 @@ def _run(
         "FAILED_STARTS_NODE": "0",
         "HEAD_DIES_AFTER": "",
         "NODE_JOIN_DELAY": "0",
+        "STATUS_WAITS_FOR_A_HEAD": "",
         **env_extra,
     }
     result = subprocess.run(["bash", str(SCRIPT), "trainer.total_training_steps=1"], env=env, capture_output=True,
@@ -181,6 +183,15 @@ def test_a_count_of_joined_nodes_that_printed_nothing_is_not_taken_for_a_joined_
     assert Path(f"{calls}.cut").exists()  # the first count printed nothing
     assert result.returncode == 0, result.stderr
     assert "integer expression expected" not in result.stderr
+    assert _starts(calls) == ["HEAD", "HEAD", "NODE"]
+    assert _trainer_ran(calls)
+
+
+def test_a_head_whose_start_failed_is_started_again_while_ray_status_still_waits_for_it(tmp_path):
+    # a real `ray status` waits about 45 s for a GCS that is not up; before, each poll waited it out (a loaded CI
+    # machine's job spent its time limit on its first start), and here the job waited 300 s for the first answer
+    result, calls = _run(tmp_path, timeout=90, FAILED_STARTS_HEAD="1", STATUS_WAITS_FOR_A_HEAD="300")
+    assert result.returncode == 0, result.stderr
     assert _starts(calls) == ["HEAD", "HEAD", "NODE"]
     assert _trainer_ran(calls)
 
