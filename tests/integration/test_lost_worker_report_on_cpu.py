@@ -11,11 +11,13 @@ GCS server and raylet logs. About 30 s.
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import tempfile
 from pathlib import Path
 
+import psutil
 import pytest
 from guarded_pytest import run_guarded_pytest
 
@@ -65,10 +67,6 @@ def _lose_a_worker_and_read_the_summary(tmp_path: Path, ray_tmp: Path) -> None:
 
 def _kill_ray_processes_of(folder: Path) -> None:
     """Kills the dead driver's Ray processes that outlived it (its runtime-env agent does), as it listed them."""
-    import json
-
-    import psutil
-
     listed = folder / "ray_processes.json"
     alive = []
     for pid, create_time in json.loads(listed.read_text()) if listed.exists() else []:

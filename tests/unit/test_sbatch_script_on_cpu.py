@@ -72,7 +72,8 @@ exit 0
 
 
 # awk, except that the script's first count of joined Ray nodes prints nothing, as when the job's end (Slurm's time
-# limit) stops that pipe: a CI run's job logged "[: : integer expression expected" there
+# limit) stops that pipe: a job of the sbatch integration test, on a loaded machine, logged "[: : integer expression
+# expected" there
 CUT_FIRST_COUNT = """#!/usr/bin/env bash
 case "$*" in *node_*) if [ ! -e "$CALLS.cut" ]; then touch "$CALLS.cut"; cat > /dev/null; exit 143; fi ;; esac
 exec {awk} "$@"
@@ -188,8 +189,9 @@ def test_a_count_of_joined_nodes_that_printed_nothing_is_not_taken_for_a_joined_
 
 
 def test_a_head_whose_start_failed_is_started_again_while_ray_status_still_waits_for_it(tmp_path):
-    # a real `ray status` waits about 45 s for a GCS that is not up; before, each poll waited it out (a loaded CI
-    # machine's job spent its time limit on its first start), and here the job waited 300 s for the first answer
+    # a real `ray status` waits about 45 s for a GCS that is not up; before, each poll waited it out (the sbatch
+    # integration test's job, on a loaded machine, spent its time limit on its first start), and here the job waited
+    # 300 s for the first answer
     result, calls = _run(tmp_path, timeout=90, FAILED_STARTS_HEAD="1", STATUS_WAITS_FOR_A_HEAD="300")
     assert result.returncode == 0, result.stderr
     assert _starts(calls) == ["HEAD", "HEAD", "NODE"]
