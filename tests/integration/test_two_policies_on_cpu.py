@@ -92,6 +92,8 @@ def test_two_models_independent_and_weight_sync(tiny_models, ray_per_test, rollo
     ]
     ll, hl = groups["ll"], groups["hl"]
     assert ll.world_size == (2 if rollout == "vllm" else 1)
+    if rollout == "vllm":
+        _assert_engine_ports_outside_the_ephemeral_range(groups)
 
     # Fresh servers serve the same weights as their actors.
     ll_rows = _rows(prompts, _sample(ll, prompts), pad)
@@ -186,6 +188,32 @@ def _kill_servers(group, timeout_s: float = 120.0) -> None:
                 pass
             assert time.monotonic() < deadline, f"a killed rollout server still answers after {timeout_s:.0f} s"
             time.sleep(0.5)
+
+
+def _assert_engine_ports_outside_the_ephemeral_range(groups) -> None:
+    """Each vLLM server's engine listens in its own block below the ephemeral range (agent_system.vllm_port): a
+    port vLLM picks from that range by binding port 0 can be taken before the engine binds it (EADDRINUSE, "Engine
+    core initialization failed", seen in a clean-clone CI run)."""
+    import ray
+
+    from agent_system import vllm_port
+
+    def engine_ports(_server) -> tuple[str | None, list[int]]:
+        import os
+
+        import psutil
+
+        server = psutil.Process()  # verl's server actor; vLLM's engine core runs in a child process
+        connections = [c for p in [server, *server.children(recursive=True)] for c in p.net_connections(kind="tcp")]
+        return os.environ.get("VLLM_PORT"), sorted({c.laddr.port for c in connections if c.status == "LISTEN"})
+
+    low, _ = vllm_port.read_ephemeral_range()
+    servers = [server for group in groups.values() for r in group.server_manager.get_replicas() for server in r.servers]
+    assert len(servers) == 3  # two LL replicas, one HL replica
+    for base, listening in ray.get([server.__ray_call__.remote(engine_ports) for server in servers]):
+        assert base is not None, f"a vLLM server has no VLLM_PORT; it listens on {listening}"
+        block = range(int(base), int(base) + vllm_port.BLOCK_PORTS)
+        assert any(port in block for port in listening) and block.stop <= low, (base, listening, low)
 
 
 def _server_stats(group) -> dict:
