@@ -16,6 +16,7 @@ one extra copy of the linear weights in host memory.
 from __future__ import annotations
 
 import logging
+import sys
 
 from agent_system import vllm_port
 
@@ -50,7 +51,7 @@ def register() -> None:
 
 def _in_ray_actor() -> bool:
     """True in a Ray actor's process, where verl runs each rollout server. Elsewhere (a driver that starts the Ray
-    cluster, whose processes all inherit its environment) one ``VLLM_PORT`` would be shared by every server."""
-    import ray
-
-    return ray.is_initialized() and ray.get_runtime_context().get_actor_id() is not None
+    cluster, whose processes all inherit its environment) one ``VLLM_PORT`` would be shared by every server. A process
+    that has not imported Ray is no Ray worker: it is not made to import it."""
+    ray = sys.modules.get("ray")
+    return ray is not None and ray.is_initialized() and ray.get_runtime_context().get_actor_id() is not None

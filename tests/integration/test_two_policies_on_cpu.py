@@ -174,7 +174,7 @@ def _kill_servers(group, timeout_s: float = 120.0) -> None:
     server alive and, before the sync was watched (``PolicyGroup.push_weights``), the sync waited in it for ever."""
     import ray
 
-    servers = [server for replica in group.server_manager.get_replicas() for server in replica.servers]
+    servers = _servers(group)
     for server in servers:
         ray.kill(server, no_restart=True)
     deadline = time.monotonic() + timeout_s
@@ -208,12 +208,17 @@ def _assert_engine_ports_outside_the_ephemeral_range(groups) -> None:
         return os.environ.get("VLLM_PORT"), sorted({c.laddr.port for c in connections if c.status == "LISTEN"})
 
     low, _ = vllm_port.read_ephemeral_range()
-    servers = [server for group in groups.values() for r in group.server_manager.get_replicas() for server in r.servers]
+    servers = [server for group in groups.values() for server in _servers(group)]
     assert len(servers) == 3  # two LL replicas, one HL replica
     for base, listening in ray.get([server.__ray_call__.remote(engine_ports) for server in servers]):
         assert base is not None, f"a vLLM server has no VLLM_PORT; it listens on {listening}"
         block = range(int(base), int(base) + vllm_port.BLOCK_PORTS)
         assert any(port in block for port in listening) and block.stop <= low, (base, listening, low)
+
+
+def _servers(group) -> list:
+    """The level's rollout server actors, one per replica and node."""
+    return [server for replica in group.server_manager.get_replicas() for server in replica.servers]
 
 
 def _server_stats(group) -> dict:

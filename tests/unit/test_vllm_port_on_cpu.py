@@ -8,6 +8,7 @@ initialization failed"). The integration test of two policies checks the port a 
 from __future__ import annotations
 
 import logging
+import os
 import random
 import socket
 
@@ -25,7 +26,7 @@ def test_the_pool_lies_outside_the_ephemeral_range_and_above_rays_worker_ports()
     assert vllm_port.port_pool((1024, 65535)) is None
 
 
-def test_each_server_draws_its_own_block_even_after_the_same_seed(monkeypatch):
+def test_each_server_draws_its_own_block_even_after_the_same_seed():
     drawn = set()
     for _ in range(40):
         random.seed(0)  # a trainer's seeding must not make every server draw the same block
@@ -62,7 +63,7 @@ def test_vllm_scans_from_the_chosen_port(monkeypatch):
         for _ in range(5):  # a block whose first port another program holds: draw again
             monkeypatch.delenv("VLLM_PORT", raising=False)
             vllm_port.choose_vllm_port()
-            base = int(vllm_port.os.environ["VLLM_PORT"])
+            base = int(os.environ["VLLM_PORT"])
             try:
                 taken.bind(("", base))
                 break
@@ -79,4 +80,4 @@ def test_the_plugin_leaves_a_process_outside_ray_alone(monkeypatch):
 
     monkeypatch.delenv("VLLM_PORT", raising=False)
     register()
-    assert "VLLM_PORT" not in vllm_port.os.environ
+    assert "VLLM_PORT" not in os.environ
