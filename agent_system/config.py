@@ -17,6 +17,8 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from agent_system.hf_server_options import HFServerOptions
+
 logger = logging.getLogger(__name__)
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "mlmt-configs"
@@ -377,6 +379,7 @@ def validate_config(config: DictConfig) -> None:
             )
         if policy.rollout.name == "hf" and policy.rollout.tensor_model_parallel_size != 1:
             raise ConfigError(f"{name}.rollout.tensor_model_parallel_size must be 1 with rollout.name=hf")
+        _check_hf_server_options(name, policy.rollout)
     total = config.trainer.total_training_steps
     if total is None and (config.trainer.total_epochs is None or config.trainer.total_epochs < 1):
         raise ConfigError("trainer.total_training_steps=null runs trainer.total_epochs, which must then be >= 1")
@@ -881,6 +884,22 @@ def _reject_inert_lora(config: DictConfig) -> None:
                 )
     if errors:
         raise ConfigError("; ".join(errors))
+
+
+def _check_hf_server_options(tree: str, rollout: DictConfig) -> None:
+    """Reject a ``<tree>.rollout.engine_kwargs.hf`` option that is not one, out of range, or set where no hf server
+    reads it (the level's ``rollout.name`` is not ``hf``)."""
+    options, where = rollout.engine_kwargs.get("hf"), f"{tree}.rollout.engine_kwargs.hf"
+    try:
+        HFServerOptions.from_config(options, where)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    set_keys = [f"{where}.{key}" for key, value in (options or {}).items() if value is not None]
+    if set_keys and rollout.name != "hf":
+        raise ConfigError(
+            f"{', '.join(set_keys)} cannot act: {tree}.rollout.name={rollout.name} (the hf server's options act "
+            f"only with {tree}.rollout.name=hf)"
+        )
 
 
 def _reject_inert_torch_compile(config: DictConfig) -> None:

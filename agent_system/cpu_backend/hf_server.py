@@ -37,6 +37,8 @@ import torch
 from transformers import AutoModelForCausalLM, GenerationConfig, LogitsProcessor, LogitsProcessorList
 from transformers.generation.logits_process import TopKLogitsWarper, TopPLogitsWarper
 
+from agent_system.hf_server_options import HFServerOptions
+
 logger = logging.getLogger(__name__)
 
 
@@ -55,15 +57,6 @@ _DTYPES = {
     "float16": torch.float16,
     "fp16": torch.float16,
 }
-
-
-@dataclass(frozen=True)
-class HFServerOptions:
-    """Options of the hf rollout server (``rollout.engine_kwargs.hf.*``)."""
-
-    max_batch_size: int = 64
-    batch_wait_ms: float = 5.0
-    num_threads: int = 0  # 0: leave torch's default
 
 
 @dataclass
@@ -142,7 +135,7 @@ class HFRolloutServer:
             os.environ["CUDA_VISIBLE_DEVICES"] = cuda_visible_devices
         self.device = server_device(cuda_visible_devices)
         self.dtype = _DTYPES.get(dtype, torch.float32)
-        self.options = HFServerOptions(**(options or {}))
+        self.options = HFServerOptions.from_config(options, "engine_kwargs.hf")
         if self.options.num_threads > 0:
             torch.set_num_threads(self.options.num_threads)
         torch.manual_seed(seed)

@@ -44,7 +44,7 @@ def test_the_same_run_batched_or_one_request_at_a_time_writes_the_same_episodes(
     cue_ll_unsure, cue_hl, cue_data, tmp_path
 ):
     batched = _run(tmp_path / "batched", cue_ll_unsure, cue_hl, cue_data, [])
-    alone = [f"+{tree}.rollout.engine_kwargs.hf.max_batch_size=1" for tree in ("actor_rollout_ref", "hl")]
+    alone = [f"{tree}.rollout.engine_kwargs.hf.max_batch_size=1" for tree in ("actor_rollout_ref", "hl")]
     one_at_a_time = _run(tmp_path / "alone", cue_ll_unsure, cue_hl, cue_data, alone)
     assert sorted(batched) == [1, 2] and len(batched[1]) == 2 * 2 * 4
     assert one_at_a_time == batched
