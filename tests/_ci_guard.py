@@ -37,6 +37,9 @@ went away dies without a Python traceback, with exit status 1, 60 s later (``RAY
 measured with Ray 2.60: ``tests/integration/test_lost_worker_report_on_cpu.py``), and its log only says "GCS may have
 been killed ... see the log file gcs_server.out": the GCS's own last lines say whether it crashed (a failed check, a
 stack) or stopped mid-work (killed), so the run's output says why.
+Then it kills what the dead worker left (its Ray session's servers and actors, vLLM engines, a run it started: its
+descendants by the parents the tracker recorded, and the processes of the Ray sessions they started), which would
+otherwise hold memory and cores for the rest of the tier, and lists them.
 """
 
 from __future__ import annotations
@@ -80,6 +83,7 @@ class ProcessTracker:
         self.root_ctime = psutil.Process(root_pid).create_time()
         self.basetemp = basetemp.rstrip("/") if basetemp else None
         self.known: set[_Key] = {(root_pid, self.root_ctime)}
+        self.parents: dict[_Key, _Key] = {}  # each process's parent when first seen (kept after the parent died)
         self._cmdlines: dict[_Key, str] = {}
         self._lock = threading.Lock()
         # memory
@@ -141,11 +145,50 @@ class ProcessTracker:
                     continue
                 found.add(pid)
                 stack.extend(children.get(pid, ()))
+            for pid in found:
+                key, ppid = (pid, table[pid].info["create_time"]), table[pid].info["ppid"]
+                if key not in self.known and ppid in table:
+                    self.parents[key] = (ppid, table[ppid].info["create_time"])
             self.known.update((pid, table[pid].info["create_time"]) for pid in found)
             if len(self._cmdlines) > 20_000:
                 alive = {(pid, proc.info["create_time"]) for pid, proc in table.items()}
                 self._cmdlines = {key: value for key, value in self._cmdlines.items() if key in alive}
             return found
+
+    def left_by(self, pid: int) -> list[psutil.Process]:
+        """Our live processes that the dead process ``pid`` left: its descendants (by the parents recorded when each
+        was first seen, so also those handed over to init), the processes of the Ray sessions it or they started, and
+        what those started."""
+        table = self._table()
+        mine = self.ours(table)
+        live_ctime = table[pid].info["create_time"] if pid in table else None  # the pid reused meanwhile
+        dead = {key for key in self.known if key[0] == pid and key[1] != live_ctime}
+
+        def descends(key: _Key) -> bool:
+            seen = set()
+            while key in self.parents and key not in seen:
+                seen.add(key)
+                key = self.parents[key]
+                if key in dead:
+                    return True
+            return False
+
+        family = {p for p in mine if p != self.root and descends((p, table[p].info["create_time"]))}
+        drivers = {pid} | family
+        for p in mine:
+            session = _RAY_SESSION.search(self._cmdline(table[p]))
+            if session and int(session.group(1)) in drivers:
+                family.add(p)
+        children: dict[int, list[int]] = {}
+        for p, proc in table.items():
+            children.setdefault(proc.info["ppid"], []).append(p)
+        stack = list(family)
+        while stack:
+            for child in children.get(stack.pop(), ()):
+                if child not in family:
+                    family.add(child)
+                    stack.append(child)
+        return [table[p] for p in sorted(family)]
 
     def _names_basetemp(self, cmdline: str) -> bool:
         if not self.basetemp or self.basetemp not in cmdline:
@@ -293,13 +336,22 @@ def pytest_runtest_logstart(nodeid, location):
 def pytest_testnodedown(node, error):
     """An xdist worker went down: when it died (``error`` set), record how (see the module docstring)."""
     if error:
-        _STATE["lost_workers"].append(_lost_worker(node, error))
+        lines = _lost_worker(node, error)
+        popen = _popen(node)
+        if popen is not None:  # after reading the logs: the servers' shutdown would add to them
+            lines += _end_what_it_left(popen.pid)
+        _STATE["lost_workers"].append(lines)
+
+
+def _popen(node):
+    """The ``subprocess.Popen`` of an xdist worker (execnet's popen gateway), or None."""
+    return getattr(getattr(getattr(node, "gateway", None), "_io", None), "popen", None)
 
 
 def _lost_worker(node, error) -> list[str]:
     """Lines on a dead xdist worker: its id, how its process ended, the last lines of its Ray driver log and of its
     session's GCS server and raylet logs."""
-    popen = getattr(getattr(getattr(node, "gateway", None), "_io", None), "popen", None)  # execnet's popen gateway
+    popen = _popen(node)
     name = getattr(getattr(node, "gateway", None), "id", "?")
     if popen is None:
         return [f"{name}: {error} (its process is not known)"]
@@ -327,6 +379,19 @@ def _lost_worker(node, error) -> list[str]:
         # a .out log's records start with "[time"; its periodic stats dumps (indented lines) would fill the tail
         lines += _log_tail(path, RAY_SERVER_LOG_LINES, records_only=server_log.endswith(".out"))
     return lines
+
+
+def _end_what_it_left(pid: int) -> list[str]:
+    """Kills the processes the dead worker ``pid`` left (its Ray session's servers and actors, vLLM engines, a run it
+    started), which would hold memory and cores for the rest of the session; a summary line on them."""
+    tracker: ProcessTracker | None = _STATE.get("tracker")
+    left = tracker.left_by(pid) if tracker is not None else []
+    if not left:
+        return ["  it left no process behind"]
+    description = _describe(left)
+    survivors = _terminate(left)
+    extra = f"; {len(survivors)} survived SIGKILL: {_describe(survivors)}" if survivors else ""
+    return [f"  {len(left)} process(es) it left were killed: {description}{extra}"]
 
 
 def _log_tail(path: str, count: int, records_only: bool = False) -> list[str]:

@@ -63,18 +63,28 @@ def _lose_a_worker_and_read_the_summary(tmp_path: Path, ray_tmp: Path) -> None:
     assert "Failed to connect to GCS within 5 seconds" in summary, summary  # the driver log's last line
     assert re.search(r"the last \d+ lines of \S+/logs/gcs_server\.out:", summary), summary
     assert re.search(r"the last \d+ lines of \S+/logs/raylet\.out:", summary), summary
+    # then the guard ended what the dead worker left (before, its Ray processes outlived the whole pytest run)
+    assert not _alive_of(tmp_path), summary
+    assert re.search(r"\n  \d+ process\(es\) it left were killed: \d+ \S*(python|ray)", summary), summary
 
 
-def _kill_ray_processes_of(folder: Path) -> None:
-    """Kills the dead driver's Ray processes that outlived it (its runtime-env agent does), as it listed them."""
+def _alive_of(folder: Path) -> list[psutil.Process]:
+    """The dead driver's Ray processes, as it listed them, that are still alive."""
     listed = folder / "ray_processes.json"
     alive = []
     for pid, create_time in json.loads(listed.read_text()) if listed.exists() else []:
         try:
             proc = psutil.Process(pid)
-            if proc.create_time() == create_time:  # not a reused pid
-                proc.kill()
+            if proc.create_time() == create_time and proc.status() != psutil.STATUS_ZOMBIE:  # not a reused pid
                 alive.append(proc)
         except psutil.Error:
             continue
+    return alive
+
+
+def _kill_ray_processes_of(folder: Path) -> None:
+    """Kills the dead driver's Ray processes that are still alive (when the guard failed to)."""
+    alive = _alive_of(folder)
+    for proc in alive:
+        proc.kill()
     psutil.wait_procs(alive, timeout=10)
