@@ -39,11 +39,39 @@ def recorded_base(adapter: str) -> str | None:
 
 def merge_into(model, adapter: str, out: str, dtype) -> None:
     """Merge ``adapter`` into ``model`` (a float32 ``PreTrainedModel``: PEFT's ``merge_and_unload``) and save the
-    result in ``dtype`` to ``out``."""
+    result in ``dtype`` to ``out``.
+
+    An adapter on the output layer or the input embeddings of a model that ties them (``tie_word_embeddings``: SmolLM2,
+    Qwen2.5 up to 3B, Llama 3.2) acts on that one layer, but merged into the shared weight it would change both: the
+    merged model would compute something else than the adapter on its base (logits 18 apart in a tiny model). So the
+    two layers are untied for the merge, each with its own copy of the weight, and tied again when the merge left them
+    equal (an adapter on neither)."""
+    import torch
     from peft import PeftModel
 
+    tied = _untie_embeddings(model)
     merged = PeftModel.from_pretrained(model, adapter).merge_and_unload()
+    if tied:
+        inputs, output = merged.get_input_embeddings(), merged.get_output_embeddings()
+        if torch.equal(inputs.weight, output.weight):
+            output.weight = inputs.weight
+            merged.config.tie_word_embeddings = True
+        else:
+            logger.info("%s adapts a tied embedding: the merged model's output layer is saved untied", adapter)
     merged.to(dtype).save_pretrained(out)
+
+
+def _untie_embeddings(model) -> bool:
+    """Give ``model``'s output layer its own copy of the weight it shares with the input embeddings, if it does;
+    returns whether it did."""
+    import torch
+
+    inputs, output = model.get_input_embeddings(), model.get_output_embeddings()
+    if output is None or output.weight is not inputs.weight:
+        return False
+    output.weight = torch.nn.Parameter(inputs.weight.detach().clone(), requires_grad=False)
+    model.config.tie_word_embeddings = False
+    return True
 
 
 def _fingerprint(adapter: Path, base: Path) -> str:
@@ -72,7 +100,7 @@ def merged_model_folder(adapter: str, base: str, cache: Path) -> str:
     target = cache / f"merged-{_fingerprint(adapter_dir, base_dir)}"
     if (target / "config.json").is_file():
         return str(target)
-    dtype = getattr(AutoConfig.from_pretrained(base_dir), "torch_dtype", None) or torch.float32
+    dtype = getattr(AutoConfig.from_pretrained(base_dir), "dtype", None) or torch.float32
     dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
     model = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
     cache.mkdir(parents=True, exist_ok=True)

@@ -78,10 +78,13 @@ def build_tiny_model(
     num_layers: int = 2,
     vocab_size: int = 512,
     pad_token: bool = True,
+    tie_word_embeddings: bool = False,
 ) -> str:
     """Build a random tiny Qwen2 causal LM with its tokenizer in ``out_dir`` (idempotent); returns the path.
 
-    ``hidden_size`` / 64 attention heads (head_dim 64); ``pad_token=False`` leaves the pad token unset everywhere.
+    ``hidden_size`` / 64 attention heads (head_dim 64); ``pad_token=False`` leaves the pad token unset everywhere;
+    ``tie_word_embeddings=True`` shares the input embeddings' weight with the output layer (as SmolLM2 and the small
+    Qwen2.5 models do).
     """
     import torch
     from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
@@ -100,7 +103,7 @@ def build_tiny_model(
         num_attention_heads=heads,
         num_key_value_heads=heads,
         max_position_embeddings=2048,
-        tie_word_embeddings=False,
+        tie_word_embeddings=tie_word_embeddings,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
         bos_token_id=None,

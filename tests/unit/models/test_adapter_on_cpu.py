@@ -17,7 +17,13 @@ from agent_system.models.adapter import AdapterError, is_adapter_folder, merged_
 from agent_system.models.tiny import build_tiny_model
 
 
-def _adapter(base: str, out: Path, seed: int, record_base: bool = True) -> str:
+def _adapter(
+    base: str,
+    out: Path,
+    seed: int,
+    record_base: bool = True,
+    targets: tuple[str, ...] = ("q_proj", "v_proj", "up_proj"),
+) -> str:
     """A LoRA adapter over ``base`` whose B matrices are random (a fresh PEFT adapter computes exactly the base)."""
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
@@ -25,11 +31,11 @@ def _adapter(base: str, out: Path, seed: int, record_base: bool = True) -> str:
     torch.manual_seed(seed)
     model = get_peft_model(
         AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32),
-        LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "up_proj"]),
+        LoraConfig(r=4, lora_alpha=8, target_modules=list(targets)),
     )
     with torch.no_grad():
         for name, weight in model.named_parameters():
-            if "lora_B" in name:
+            if "lora_B" in name or "lora_embedding" in name:  # (an embedding's A starts at 0, its B random)
                 weight.normal_(0, 0.5)
     model.save_pretrained(str(out))
     config_path = out / "adapter_config.json"
@@ -72,6 +78,35 @@ def test_the_merged_folder_computes_the_adapter_on_its_base_and_is_reused(base, 
     assert (Path(merged) / "model.safetensors").stat().st_mtime_ns == written
     other = merged_model_folder(_adapter(base, tmp_path / "other", seed=2), base, tmp_path / "cache")
     assert other != merged  # another adapter: another folder
+
+
+# verl wraps the model with PEFT's defaults, so PEFT warns when an adapter targets a tied layer (the case tested here)
+# and when it saves the adapter of an embedding layer
+@pytest.mark.filterwarnings("ignore:Model has `tie_word_embeddings=True`:UserWarning")
+@pytest.mark.filterwarnings("ignore:Setting `save_embedding_layers`:UserWarning")
+@pytest.mark.parametrize(
+    ("targets", "untied"),
+    [(("down_proj", "lm_head"), True), (("embed_tokens", "q_proj"), True), (("q_proj", "v_proj"), False)],
+    ids=["lm_head", "embed_tokens", "no-embedding"],
+)
+def test_a_model_with_tied_embeddings_merges_to_what_the_adapter_computes(tmp_path, targets, untied):
+    """SmolLM2 and the small Qwen2.5 models share the input embeddings' weight with the output layer. An adapter on one
+    of the two, merged into the shared weight, changed both: before, the merged model's logits were far from the
+    adapter's (the output layer changed the inputs too). The merged model is now saved untied, and only then."""
+    from peft import PeftModel
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    tied = build_tiny_model(tmp_path / "tied", seed=0, tie_word_embeddings=True)
+    adapter = _adapter(tied, tmp_path / "adapter", seed=1, targets=targets)
+    merged = merged_model_folder(adapter, tied, tmp_path / "cache")
+
+    ids = torch.tensor([[5, 17, 42, 99, 3, 250, 7]])
+    with_adapter = _logits(PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(tied), adapter), ids)
+    plain = _logits(AutoModelForCausalLM.from_pretrained(tied), ids)
+    assert (with_adapter - plain).abs().max() > 0.1
+    merged_logits = _logits(AutoModelForCausalLM.from_pretrained(merged, dtype=torch.float32), ids)
+    assert torch.allclose(merged_logits, with_adapter, atol=1e-4), (merged_logits - with_adapter).abs().max()
+    assert AutoConfig.from_pretrained(merged).tie_word_embeddings is not untied  # untied only where it must be
 
 
 def test_an_adapter_of_another_model_is_refused_by_name(base, tmp_path):
