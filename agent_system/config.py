@@ -13,6 +13,7 @@ import functools
 import logging
 import os
 import pickle
+import re
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf, open_dict
@@ -67,6 +68,8 @@ LORA_KEY_DEFAULTS = {
 # vLLM with LoRA while the actor trains without an adapter
 MEGATRON_LORA_DEFAULTS = {"rank": 0, "dropout": 0.0}
 POLICY_MODEL_TREES = ("actor_rollout_ref", "hl", "critic", "hl_critic")
+# the input embeddings and the output layer, as PEFT's target_modules name them in Llama and Qwen2
+EMBEDDING_MODULES = ("model.embed_tokens", "lm_head")
 
 
 class ConfigError(ValueError):
@@ -862,6 +865,15 @@ def _reject_inert_lora(config: DictConfig) -> None:
         if rank == 0 and megatron.get("merge", False):
             errors.append(f"{tree}.model.lora.merge=true with {tree}.model.lora_rank=0: there is no adapter to merge")
         level = {policy: name for name, policy in POLICY_TREES.items()}.get(tree)
+        embeddings = _embedding_targets(_plain(model.get("target_modules", "all-linear")))
+        if level and rank > 0 and embeddings:
+            errors.append(
+                f"{tree}.model.target_modules={_plain(model.target_modules)!r} puts an adapter on "
+                f"{' and '.join(embeddings)}: verl 0.9.1's FSDP2 engine cannot build one on a model that does not tie "
+                "its input embeddings and output layer (a TypeError as its workers start), and on one that does, "
+                "lora.merge=true leaves it out of the weights the rollout gets; adapt the attention and MLP "
+                "projections (all-linear) instead"
+            )
         if level and rank > 0 and frozen_levels(config)[level] and model.get("lora_adapter_path") is None:
             errors.append(
                 f"{tree}.model.lora_rank={rank} with {frozen_reasons(config)[level]}: a level that is never updated "
@@ -884,6 +896,18 @@ def _reject_inert_lora(config: DictConfig) -> None:
                 )
     if errors:
         raise ConfigError("; ".join(errors))
+
+
+def _embedding_targets(targets: object) -> list[str]:
+    """The layers of :data:`EMBEDDING_MODULES` that PEFT's ``target_modules`` selects: a list entry names a module
+    or a suffix of its name after a dot, a string other than ``all-linear`` is a regular expression over the whole
+    name (``all-linear`` leaves the output layer out)."""
+    if isinstance(targets, str):
+        if targets == "all-linear":
+            return []
+        return [name for name in EMBEDDING_MODULES if re.fullmatch(targets, name)]
+    names = [str(target) for target in targets or ()]
+    return [name for name in EMBEDDING_MODULES if any(name == t or name.endswith("." + t) for t in names)]
 
 
 def _check_hf_server_options(tree: str, rollout: DictConfig) -> None:

@@ -164,6 +164,15 @@ REJECTED = [
         {"mlmt.ll.freeze": True, "actor_rollout_ref.model.lora_rank": 8},
         ["actor_rollout_ref.model.lora_rank=8 with mlmt.ll.freeze=true", "lora_adapter_path"],
     ),
+    # an adapter on the embeddings or the output layer: verl's FSDP2 engine fails to build it on an untied model
+    # and drops it from the merged weights the rollout gets on a tied one (test_lora_embedding_targets_on_cpu.py)
+    (
+        {"actor_rollout_ref.model.lora_rank": 8, "actor_rollout_ref.model.target_modules": "[down_proj,lm_head]"},
+        ["actor_rollout_ref.model.target_modules=['down_proj', 'lm_head'] puts an adapter on lm_head:"],
+    ),
+    ({"hl.model.lora_rank": 8, "hl.model.target_modules": "[q_proj,embed_tokens]"}, ["on model.embed_tokens:"]),
+    ({"hl.model.lora_rank": 8, "hl.model.target_modules": "'.*(proj|head)'"}, ["puts an adapter on lm_head:"]),
+    ({"hl.model.lora_rank": 8, "hl.model.target_modules": "'.*'"}, ["on model.embed_tokens and lm_head:"]),
 ]
 ACCEPTED = [
     {"actor_rollout_ref.model.lora_rank": 16, "actor_rollout_ref.model.lora_alpha": 32},
@@ -171,6 +180,7 @@ ACCEPTED = [
     {"actor_rollout_ref.model.lora_rank": 8, "hl.model.lora_rank": 8, "hl.model.lora.merge": True},
     {"hl.model.lora_rank": 8, "hl.actor.checkpoint.save_lora_only": True},
     {"mlmt.hl.freeze": True, "hl.model.lora_rank": 16, "hl.model.lora_adapter_path": "/adapters/hl"},  # a trained one
+    {"hl.model.lora_rank": 8, "hl.model.target_modules": r"'model\.layers\.1\..*_proj'"},  # a regex on projections
 ]
 
 
