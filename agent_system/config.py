@@ -870,9 +870,9 @@ def _reject_inert_lora(config: DictConfig) -> None:
             errors.append(
                 f"{tree}.model.target_modules={_plain(model.target_modules)!r} puts an adapter on "
                 f"{' and '.join(embeddings)}: verl 0.9.1's FSDP2 engine cannot build one on a model that does not tie "
-                "its input embeddings and output layer (a TypeError as its workers start), and on one that does, "
-                "lora.merge=true leaves it out of the weights the rollout gets; adapt the attention and MLP "
-                "projections (all-linear) instead"
+                "its input embeddings and output layer (a TypeError as its workers start), on one that does, "
+                "lora.merge=true leaves it out of the weights the rollout gets, and vLLM serving it as an adapter "
+                "was never tested; adapt the attention and MLP projections (all-linear) instead"
             )
         if level and rank > 0 and frozen_levels(config)[level] and model.get("lora_adapter_path") is None:
             errors.append(
