@@ -161,14 +161,16 @@ class ProcessTracker:
         what those started."""
         table = self._table()
         mine = self.ours(table)
+        with self._lock:  # the sampler thread adds to both
+            known, parents = set(self.known), dict(self.parents)
         live_ctime = table[pid].info["create_time"] if pid in table else None  # the pid reused meanwhile
-        dead = {key for key in self.known if key[0] == pid and key[1] != live_ctime}
+        dead = {key for key in known if key[0] == pid and key[1] != live_ctime}
 
         def descends(key: _Key) -> bool:
             seen = set()
-            while key in self.parents and key not in seen:
+            while key in parents and key not in seen:
                 seen.add(key)
-                key = self.parents[key]
+                key = parents[key]
                 if key in dead:
                     return True
             return False
@@ -339,7 +341,10 @@ def pytest_testnodedown(node, error):
         lines = _lost_worker(node, error)
         popen = _popen(node)
         if popen is not None:  # after reading the logs: the servers' shutdown would add to them
-            lines += _end_what_it_left(popen.pid)
+            try:
+                lines += _end_what_it_left(popen.pid)
+            except Exception as exc:  # noqa: BLE001 - the guard must never take the test session down
+                lines.append(f"  what it left could not be killed: {type(exc).__name__}: {exc}")
         _STATE["lost_workers"].append(lines)
 
 
